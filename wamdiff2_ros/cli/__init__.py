@@ -1,0 +1,1 @@
+"""The ``wamdiff2`` command: one parser, one module per verb."""
