@@ -1,0 +1,15 @@
+# The two commands of the README. Both bootstrap .venv/ on a fresh machine first.
+.PHONY: demo test lint bootstrap
+
+bootstrap:
+	tools/bootstrap.sh
+
+demo: bootstrap
+	.venv/bin/wamdiff2 demo
+
+lint: bootstrap
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+test: lint
+	.venv/bin/python -m pytest

@@ -1,0 +1,1 @@
+"""Conversion between ROS messages and the plain types of the lower layers."""
