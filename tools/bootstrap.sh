@@ -18,7 +18,8 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
   echo "bootstrap: installing pinned requirements (first time: a few minutes)" >&2
   # ros.txt first: the message build step needs its generators, wheel and catkin_pkg in the venv.
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements/ros.txt
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements/base.txt -r requirements/dev.txt
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements/base.txt -r requirements/dev.txt \
+    -r requirements/cmake.txt
   # --no-build-isolation: the message build compiles against this venv's ROS wheels.
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
   rm -f "$STAMP"

@@ -75,7 +75,9 @@ def up_to_date() -> bool:
         return False
     inputs = [*interface_files(), ROOT / "package.xml", Path(__file__)]
     outputs = [ROOT / PACKAGE / "msg" / "__init__.py", STAGE / "lib"]
-    return all(o.exists() for o in outputs) and STAMP.stat().st_mtime >= max(p.stat().st_mtime for p in inputs)
+    return all(o.exists() for o in outputs) and STAMP.stat().st_mtime >= max(
+        p.stat().st_mtime for p in inputs
+    )
 
 
 def generate(deps: list[str]) -> None:
@@ -107,7 +109,10 @@ def _sources(kind: str, pattern: str) -> list[str]:
 def compile_libraries(deps: list[str]) -> None:
     lib = BUILD / "lib"
     lib.mkdir(parents=True, exist_ok=True)
-    include = [f"-I{PREFIX / 'include'}", *(f"-I{d}" for d in sorted(glob.glob(str(PREFIX / "include" / "*"))))]
+    include = [
+        f"-I{PREFIX / 'include'}",
+        *(f"-I{d}" for d in sorted(glob.glob(str(PREFIX / "include" / "*")))),
+    ]
     include += [f"-I{BUILD / k}" for k in ("c", "ts_c", "ts_fastrtps_c", "ts_introspection_c", "py")]
     python_include = [f"-I{sysconfig.get_paths()['include']}", f"-I{_numpy_include()}"]
     link_dirs = [f"-L{lib}", f"-L{PREFIX / 'lib'}"]
@@ -147,14 +152,29 @@ def compile_libraries(deps: list[str]) -> None:
     py_links = [own("rosidl_generator_c"), own("rosidl_typesupport_c"), *dep_libs("rosidl_generator_py")]
     py_links += [*dep_libs("rosidl_generator_c"), *dep_libs("rosidl_typesupport_c")]
     py_links += ["-lrosidl_runtime_c", "-lrosidl_typesupport_c", "-lrcutils"]
-    build(gcc + python_include, _sources("py", "_*_s.c"), lib / f"lib{PACKAGE}__rosidl_generator_py.so",
-          py_links, strict=False)  # fmt: skip  (Python symbols resolve at import time)
+    # Not strict: the Python C-API symbols resolve when the interpreter loads the module.
+    build(
+        gcc + python_include,
+        _sources("py", "_*_s.c"),
+        lib / f"lib{PACKAGE}__rosidl_generator_py.so",
+        py_links,
+        False,
+    )
     with ThreadPoolExecutor(max_workers=2) as pool:
         jobs = []
-        for ts in ("rosidl_typesupport_c", "rosidl_typesupport_fastrtps_c", "rosidl_typesupport_introspection_c"):
+        for ts in (
+            "rosidl_typesupport_c",
+            "rosidl_typesupport_fastrtps_c",
+            "rosidl_typesupport_introspection_c",
+        ):
             source = BUILD / "py" / PACKAGE / f"_{PACKAGE}_s.ep.{ts}.c"
             output = lib / f"{PACKAGE}_s__{ts}.so"  # plain .so name, as the ROS wheels ship them
-            links = [own("rosidl_generator_py"), own(ts), own("rosidl_typesupport_c"), own("rosidl_generator_c")]
+            links = [
+                own("rosidl_generator_py"),
+                own(ts),
+                own("rosidl_typesupport_c"),
+                own("rosidl_generator_c"),
+            ]
             links += ["-lrosidl_runtime_c", "-lrosidl_typesupport_c", "-lrcutils"]
             jobs.append(pool.submit(build, gcc + python_include, [str(source)], output, links, False))
         for job in jobs:
@@ -220,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even when the outputs are up to date")
     parser.add_argument(
-        "--install", action="store_true", help=f"copy the staged tree into {PREFIX} (after an editable install)"
+        "--install",
+        action="store_true",
+        help=f"copy the staged tree into {PREFIX} (after an editable install)",
     )
     args = parser.parse_args(argv)
     if args.force or not up_to_date():

@@ -25,7 +25,9 @@ def random_image(encoding: str, height: int, width: int, seed: int = 0) -> np.nd
     spec = ENCODINGS[encoding]
     shape = (height, width) if spec.channels == 1 else (height, width, spec.channels)
     info = np.iinfo(spec.dtype)
-    return np.random.default_rng(seed).integers(info.min, info.max, size=shape, endpoint=True, dtype=spec.dtype)
+    return np.random.default_rng(seed).integers(
+        info.min, info.max, size=shape, endpoint=True, dtype=spec.dtype
+    )
 
 
 def padded_message(array: np.ndarray, encoding: str, pad_bytes: int, big_endian: bool) -> Image:
@@ -114,7 +116,16 @@ def _message(**fields) -> Image:
         (_message(is_bigendian=2), "is_bigendian must be 0 or 1"),
         (_message(encoding="16UC1", width=4, step=9), "not a multiple of the 16UC1 element size"),
     ],
-    ids=["unknown-encoding", "no-encoding", "empty", "short-step", "short-data", "long-data", "bad-endian", "odd-step"],
+    ids=[
+        "unknown-encoding",
+        "no-encoding",
+        "empty",
+        "short-step",
+        "short-data",
+        "long-data",
+        "bad-endian",
+        "odd-step",
+    ],
 )
 def test_inconsistent_message_is_rejected_with_reason(msg: Image, match: str) -> None:
     with pytest.raises(ImageConversionError, match=match):
@@ -183,14 +194,18 @@ def test_any_valid_layout_decodes_to_the_original(
 ) -> None:
     array = random_image(encoding, height, width, seed)
     pad_bytes = pad_elements * ENCODINGS[encoding].dtype.itemsize
-    np.testing.assert_array_equal(image_to_numpy(padded_message(array, encoding, pad_bytes, big_endian)), array)
+    np.testing.assert_array_equal(
+        image_to_numpy(padded_message(array, encoding, pad_bytes, big_endian)), array
+    )
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     step=st.integers(0, 40), height=st.integers(0, 4), width=st.integers(0, 12), data_len=st.integers(0, 120)
 )
-def test_arbitrary_header_fields_never_crash_or_mislead(step: int, height: int, width: int, data_len: int) -> None:
+def test_arbitrary_header_fields_never_crash_or_mislead(
+    step: int, height: int, width: int, data_len: int
+) -> None:
     msg = Image(height=height, width=width, encoding="rgb8", step=step)
     msg.data = bytes(data_len)
     try:

@@ -105,9 +105,8 @@ def numpy_to_image(array: np.ndarray, encoding: str, header: Header | None = Non
         array = array[:, :, 0]
     expected_ndim = 2 if spec.channels == 1 else 3
     if array.ndim != expected_ndim or (expected_ndim == 3 and array.shape[2] != spec.channels):
-        raise ImageConversionError(
-            f"{encoding} needs shape (H, W{'' if spec.channels == 1 else f', {spec.channels}'}), got {array.shape}"
-        )
+        wanted = "(H, W)" if spec.channels == 1 else f"(H, W, {spec.channels})"
+        raise ImageConversionError(f"{encoding} needs shape {wanted}, got {array.shape}")
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise ImageConversionError(f"empty image: shape {array.shape}")
     msg = Image()
@@ -149,7 +148,9 @@ def compressed_to_numpy(msg: CompressedImage) -> tuple[np.ndarray, str]:
         raise ImageConversionError(f"compressed image ({msg.format!r}) has no data")
     decoded = cv2.imdecode(np.frombuffer(msg.data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     if decoded is None:
-        raise ImageConversionError(f"cannot decode compressed image: format {msg.format!r}, {len(msg.data)} bytes")
+        raise ImageConversionError(
+            f"cannot decode compressed image: format {msg.format!r}, {len(msg.data)} bytes"
+        )
     if decoded.dtype != np.uint8:
         raise ImageConversionError(f"compressed image decodes to {decoded.dtype}; only 8-bit images are used")
     if decoded.ndim == 2:
@@ -160,7 +161,11 @@ def compressed_to_numpy(msg: CompressedImage) -> tuple[np.ndarray, str]:
 
 
 def numpy_to_compressed(
-    array: np.ndarray, encoding: str, image_format: str = "jpeg", quality: int = 90, header: Header | None = None
+    array: np.ndarray,
+    encoding: str,
+    image_format: str = "jpeg",
+    quality: int = 90,
+    header: Header | None = None,
 ) -> CompressedImage:
     """Encode an 8-bit colour (bgr8/rgb8) or mono8 image as a JPEG or PNG ``CompressedImage``.
 
