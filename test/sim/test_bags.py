@@ -1,0 +1,99 @@
+"""A drive bag reads back with rosbags: every topic once per tick, stamps, frames, encodings and values."""
+
+import numpy as np
+import pytest
+import yaml
+from rosbags.rosbag2 import Reader
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.sim.bags import START_TIME_NS, BagTopics, DriveTick, make_typestore, write_drive_bag
+from wamdiff2_ros.sim.expert import navigation_command
+from wamdiff2_ros.sim.render import render_front
+from wamdiff2_ros.sim.scenes import make_scene
+
+CAMERA = Camera().scaled_to_width(160)
+TICKS = 12
+
+
+@pytest.fixture(scope="module")
+def drive(tmp_path_factory):
+    scene = make_scene(4, "intersection")
+    ticks = []
+    for _ in range(TICKS):
+        snapshot = scene.snapshot()
+        image = render_front(CAMERA, scene.lanes, snapshot).image_rgb
+        ticks.append(DriveTick(snapshot, image, navigation_command(scene.route_map, snapshot.ego.xy)))
+        scene.step()
+    path = tmp_path_factory.mktemp("bags") / "drive"
+    assert write_drive_bag(path, CAMERA, ticks) == TICKS
+    typestore = make_typestore()
+    with Reader(path) as reader:
+        messages = [
+            (conn.topic, stamp, typestore.deserialize_cdr(raw, conn.msgtype))
+            for conn, stamp, raw in reader.messages()
+        ]
+    storage = yaml.safe_load((path / "metadata.yaml").read_text())["rosbag2_bagfile_information"][
+        "storage_identifier"
+    ]
+    return ticks, messages, storage
+
+
+def _topic(messages, topic):
+    return [(stamp, msg) for name, stamp, msg in messages if name == topic]
+
+
+def test_bag_is_mcap_with_every_topic_once_per_tick(drive):
+    _, messages, storage = drive
+    assert storage == "mcap"
+    topics = BagTopics()
+    for topic in (
+        topics.image,
+        topics.camera_info,
+        topics.odometry,
+        topics.imu,
+        topics.command,
+        topics.clock,
+    ):
+        assert len(_topic(messages, topic)) == TICKS, topic
+
+
+def test_stamps_are_sim_time_and_headers_match_the_bag_time(drive):
+    ticks, messages, _ = drive
+    expected_ns = [START_TIME_NS + round(t.snapshot.time_s * 1e9) for t in ticks]
+    for stamp_ns, msg in _topic(messages, BagTopics().image):
+        assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == stamp_ns
+    assert [s for s, _ in _topic(messages, BagTopics().image)] == expected_ns
+    assert [m.clock.sec * 10**9 + m.clock.nanosec for _, m in _topic(messages, "/clock")] == expected_ns
+    assert np.diff(expected_ns).tolist() == [100_000_000] * (TICKS - 1)  # 10 Hz
+
+
+def test_image_camera_info_odometry_imu_and_command_contents(drive):
+    ticks, messages, _ = drive
+    topics = BagTopics()
+    _, image = _topic(messages, topics.image)[3]
+    assert (image.encoding, image.width, image.height, image.step) == ("rgb8", 160, 90, 480)
+    assert image.header.frame_id == "ego_vehicle/rgb_front"
+    np.testing.assert_array_equal(image.data.reshape(90, 160, 3), ticks[3].image_rgb)
+    _, info = _topic(messages, topics.camera_info)[3]
+    np.testing.assert_allclose(info.k.reshape(3, 3), CAMERA.intrinsics.matrix)
+    assert info.header.frame_id == image.header.frame_id and info.distortion_model == "plumb_bob"
+    _, odom = _topic(messages, topics.odometry)[3]
+    ego = ticks[3].snapshot.ego
+    assert (odom.header.frame_id, odom.child_frame_id) == ("map", "ego_vehicle")
+    assert (odom.pose.pose.position.x, odom.pose.pose.position.y) == pytest.approx((ego.x_m, ego.y_m))
+    assert 2 * np.arctan2(odom.pose.pose.orientation.z, odom.pose.pose.orientation.w) == pytest.approx(
+        ego.yaw_rad
+    )
+    assert odom.twist.twist.linear.x == pytest.approx(ego.speed_mps)
+    _, imu = _topic(messages, topics.imu)[3]
+    assert imu.linear_acceleration.z == pytest.approx(9.81) and imu.header.frame_id == "ego_vehicle/imu"
+    codes = {"left": 1, "straight": 2, "right": 3}
+    assert [m.command for _, m in _topic(messages, topics.command)] == [codes[t.command] for t in ticks]
+
+
+def test_image_of_the_wrong_size_is_refused(tmp_path, drive):
+    ticks, _, _ = drive
+    wrong = DriveTick(ticks[0].snapshot, np.zeros((10, 10, 3), np.uint8), "left")
+    with pytest.raises(InputError, match="does not match the camera"):
+        write_drive_bag(tmp_path / "bad", CAMERA, [wrong])

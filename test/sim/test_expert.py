@@ -1,0 +1,97 @@
+"""Ground truth agrees with the simulator state: waypoints, agents' futures, boxes, command and QA."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.geometry import Camera, map_to_ego
+from wamdiff2_ros.sim.expert import (
+    HORIZON_TICKS,
+    TICKS_PER_WAYPOINT,
+    ground_truth,
+    navigation_command,
+    record_drive,
+    sample_indices,
+)
+from wamdiff2_ros.sim.render import render_front
+from wamdiff2_ros.sim.scenes import make_scene
+
+CAMERA = Camera().scaled_to_width(320)
+
+
+def _arc(turn_rad: float, length_m: float = 100.0) -> np.ndarray:
+    s_m = np.linspace(0.0, length_m, 200)
+    if turn_rad == 0.0:
+        return np.stack([s_m, np.zeros_like(s_m)], axis=1)
+    radius_m = length_m / abs(turn_rad)
+    phi = s_m / radius_m
+    return np.stack([radius_m * np.sin(phi), np.sign(turn_rad) * radius_m * (1 - np.cos(phi))], axis=1)
+
+
+@pytest.mark.parametrize(
+    ("turn_rad", "command"),
+    [(0.0, "straight"), (np.pi / 2, "left"), (-np.pi / 2, "right"), (0.3, "straight")],
+)
+def test_command_follows_the_route_turn(turn_rad, command):
+    route = _arc(turn_rad, length_m=40.0)
+    route = np.concatenate([route, route[-1] + (route[-1] - route[-2]) * np.arange(1, 40)[:, None] * 10])
+    assert navigation_command(route, np.zeros(2)) == command
+
+
+def test_expert_waypoints_are_the_ego_positions_the_simulator_reaches():
+    scene = make_scene(1, "highway")
+    log = record_drive(scene, 7.0)
+    index = sample_indices(log, 10)[0]
+    replay = make_scene(1, "highway")  # same seed: the same drive, read straight from highway-env
+    positions_map = []
+    for tick in range(1, index + HORIZON_TICKS + 1):
+        replay.step()
+        if tick > index and (tick - index) % TICKS_PER_WAYPOINT == 0:
+            positions_map.append([replay.ego.position[0], -replay.ego.position[1]])
+    truth = ground_truth(log, index, scene, render_front(CAMERA, scene.lanes, log[index]))
+    ego = log[index].ego
+    np.testing.assert_allclose(truth.waypoints_ego, map_to_ego(np.array(positions_map), ego.xy, ego.yaw_rad))
+    assert truth.waypoints_ego[-1, 0] > 10.0  # forward is +x
+
+
+def test_turn_commands_agree_with_the_side_the_expert_turns_to():
+    turns = []  # (command, lateral offset at 4 s) where the expert has clearly turned within the horizon
+    for seed in range(40):
+        scene = make_scene(seed, "intersection")
+        log = record_drive(scene, 9.0)
+        for index in sample_indices(log, 5):
+            truth = ground_truth(log, index, scene, render_front(CAMERA, scene.lanes, log[index]))
+            if truth.command != "straight" and abs(truth.waypoints_ego[-1, 1]) > 3.0:
+                turns.append((truth.command, truth.waypoints_ego[-1, 1]))
+        if len({c for c, _ in turns}) == 2:
+            break
+    assert {c for c, _ in turns} == {"left", "right"}
+    for command, final_y_m in turns:
+        assert (final_y_m > 0) == (command == "left"), (command, final_y_m)
+
+
+def test_samples_never_see_a_crash_in_their_horizon():
+    log = record_drive(make_scene(4, "highway"), 7.0)
+    crashed = [*log[:-1], dataclasses.replace(log[-1], ego_crashed=True)]
+    assert sample_indices(crashed, 1)[-1] + HORIZON_TICKS < len(crashed) - 1
+    assert sample_indices(log, 1)[-1] + HORIZON_TICKS == len(log) - 1
+
+
+def test_boxes_agents_and_qa_agree_with_the_scene():
+    scene = make_scene(12, "highway")  # dense multi-lane traffic
+    log = record_drive(scene, 6.0)
+    index = sample_indices(log, 10)[0]
+    frame = render_front(CAMERA, scene.lanes, log[index])
+    truth = ground_truth(log, index, scene, frame)
+    assert len(truth.boxes_px) > 0 and truth.labels == ("car",) * len(truth.boxes_px)
+    assert (truth.boxes_px[:, 2] > truth.boxes_px[:, 0]).all() and (truth.boxes_px[:, 2] <= 320).all()
+    qa = dict(truth.qa)
+    assert qa["How many vehicles are clearly visible in the image?"] == str(len(truth.boxes_px))
+    current = truth.agents.current_ego
+    ahead = ((current[:, 0] > 0) & (current[:, 0] < 30) & (np.abs(current[:, 1]) < 1.8)).any()
+    assert qa["Is there a vehicle ahead in the ego lane within 30 meters? Answer yes or no."] == (
+        "yes" if ahead else "no"
+    )
+    assert truth.agents.poses_ego.shape == (len(log[index].agents), 8, 3)
+    assert any(p[:, 0].min() < 0 < p[:, 0].max() for p in truth.drivable_ego)  # a lane runs under the ego

@@ -1,0 +1,83 @@
+"""Records round-trip through the reference JSON format; generation is deterministic per seed."""
+
+import json
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.prompt import planning_user_text
+from wamdiff2_ros.sim import export
+from wamdiff2_ros.sim.dataset import GenerateConfig, generate
+from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
+
+TRUTH = GroundTruth(
+    command="left",
+    velocity_ego_mps=np.array([4.66, -0.09]),
+    accel_ego_mps2=np.array([0.17, -1.53]),
+    waypoints_ego=np.stack([np.arange(1, 9) * 2.0, np.arange(1, 9) * 0.25], axis=1),
+    agents=AgentFutures(np.full((1, 8, 3), np.nan), np.array([[10.0, 0.0, 0.0]]), np.array([[5.0, 2.0]])),
+    drivable_ego=(np.array([[-10.0, -2.0], [50.0, -2.0], [50.0, 2.0], [-10.0, 2.0]]),),
+    boxes_px=np.array([[10.4, 20.6, 30.0, 40.0]]),
+    labels=("car",),
+    qa=(("Is there a vehicle ahead in the ego lane within 30 meters? Answer yes or no.", "yes"),),
+)
+
+
+def test_planning_record_has_the_reference_shape_and_prompt():
+    rec = json.loads(json.dumps(export.planning_record("s1", "images/s1.png", TRUTH)))
+    assert list(rec) == ["datasource", "id", "image", "conversations"]
+    assert rec["image"] == ["images/s1.png"]
+    human, gpt = rec["conversations"]
+    assert human == {"from": "human", "value": planning_user_text("left", [4.66, -0.09], [0.17, -1.53])}
+    assert "The current velocity is: (4.66,-0.09) and current accelerate is: (0.17,-1.53)" in human["value"]
+    numbers = np.array([float(v) for v in gpt["value"].split(",")]).reshape(8, 2)
+    np.testing.assert_allclose(numbers, TRUTH.waypoints_ego, atol=0.005)
+
+
+def test_detection_answer_parses_back_to_pixel_boxes():
+    answer = export.detection_record("s1", "i.png", TRUTH)["conversations"][1]["value"]
+    assert json.loads(answer) == [{"bbox_2d": [10, 21, 30, 40], "label": "car"}]
+    assert export.format_detections(np.zeros((0, 4)), ()) == "[]"
+
+
+def test_qa_records_have_one_exchange_per_fact():
+    (rec,) = export.qa_records("s1", "i.png", TRUTH)
+    assert rec["id"] == "s1_qa0" and rec["conversations"][1]["value"] == "yes"
+    assert rec["conversations"][0]["value"].startswith("<image>\n")
+
+
+def test_ground_truth_line_round_trips_with_missing_agents():
+    line = json.loads(json.dumps(export.ground_truth_line("s1", "i.png", TRUTH)))
+    back = export.ground_truth_from_line(line)
+    np.testing.assert_allclose(back.waypoints_ego, TRUTH.waypoints_ego)
+    assert np.isnan(back.agents.poses_ego).all() and back.agents.poses_ego.shape == (1, 8, 3)
+    np.testing.assert_allclose(back.drivable_ego[0], TRUTH.drivable_ego[0])
+    assert back.qa == TRUTH.qa and back.command == "left"
+
+
+def _generate(out_dir, workers):
+    config = GenerateConfig(
+        out_dir, samples=12, seed=5, camera=Camera().scaled_to_width(192), workers=workers
+    )
+    return generate(config, progress=False)
+
+
+def test_generation_is_deterministic_and_complete(tmp_path):
+    summary = _generate(tmp_path / "a", workers=1)
+    _generate(tmp_path / "b", workers=2)
+    assert summary["samples"] == 12
+    for name in ("planning.json", "detection.json", "qa.json", "ground_truth.jsonl", "camera.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    records = json.loads((tmp_path / "a" / "planning.json").read_text())
+    assert len(records) == 12 and len({r["id"] for r in records}) == 12
+    for rec in records:
+        assert (tmp_path / "a" / rec["image"][0]).is_file()
+    assert len(json.loads((tmp_path / "a" / "qa.json").read_text())) == 12 * 4
+    assert json.loads((tmp_path / "a" / "camera.json").read_text())["intrinsics"]["width_px"] == 192
+
+
+def test_zero_samples_is_refused(tmp_path):
+    with pytest.raises(InputError, match="positive"):
+        generate(GenerateConfig(tmp_path, samples=0), progress=False)

@@ -1,0 +1,151 @@
+"""Dataset generation: drives from seeded scenes, sampled every second, written as images and JSON files.
+
+Layout of an output folder: ``images/<id>.png``, ``planning.json``, ``detection.json``, ``qa.json`` (reference
+records), ``ground_truth.jsonl`` (one line per sample for evaluation), ``camera.json`` (intrinsics and mount)
+and, with bags on, ``bags/drive_<episode>/`` (one MCAP drive per episode). Episodes run in worker processes;
+the output is identical for any worker count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.sim import export
+from wamdiff2_ros.sim.expert import ground_truth, navigation_command, record_drive, sample_indices
+from wamdiff2_ros.sim.render import render_front, write_png
+from wamdiff2_ros.sim.scenes import SIM_HZ, make_scene
+
+TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """What to generate and where.
+
+    Attributes:
+        out_dir: output folder (created; existing files with the same names are overwritten).
+        samples: number of samples to write.
+        seed: base seed; episode ``e`` uses scene seed ``episode_seed(seed, e)``.
+        camera: the camera (its intrinsics set the image size).
+        episode_s: simulated length of a drive, the 4 s expert horizon included.
+        stride_s: time between samples of one drive.
+        bags: also write one MCAP drive per episode (every tick rendered).
+        workers: worker processes (0: one per CPU core).
+    """
+
+    out_dir: Path
+    samples: int
+    seed: int = 0
+    camera: Camera = field(default_factory=lambda: Camera().scaled_to_width(TRAIN_WIDTH_PX))
+    episode_s: float = 14.0
+    stride_s: float = 1.0
+    bags: bool = False
+    workers: int = 0
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """The scene seed of episode ``episode`` of a run with base ``seed`` (distinct, within 31 bits)."""
+    return (seed * 1_000_003 + episode) % (2**31 - 1)
+
+
+def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
+    """Simulate one episode, write its images (and bag); return its samples' records and truth lines."""
+    config, episode = job
+    scene = make_scene(episode_seed(config.seed, episode))
+    log = record_drive(scene, config.episode_s)
+    out = []
+    for index in sample_indices(log, round(config.stride_s * SIM_HZ)):
+        sample_id = f"e{episode:06d}_t{index:04d}"
+        image_path = f"images/{sample_id}.png"
+        frame = render_front(config.camera, scene.lanes, log[index])
+        truth = ground_truth(log, index, scene, frame)
+        write_png(config.out_dir / image_path, frame.image_rgb)
+        out.append(
+            {
+                "planning": export.planning_record(sample_id, image_path, truth),
+                "detection": export.detection_record(sample_id, image_path, truth),
+                "qa": export.qa_records(sample_id, image_path, truth),
+                "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": scene.kind},
+            }
+        )
+    if config.bags and out:
+        from wamdiff2_ros.sim.bags import DriveTick, write_drive_bag
+
+        ticks = (
+            DriveTick(
+                s,
+                render_front(config.camera, scene.lanes, s).image_rgb,
+                navigation_command(scene.route_map, s.ego.xy),
+            )
+            for s in log
+        )
+        write_drive_bag(config.out_dir / "bags" / f"drive_{episode:06d}", config.camera, ticks)
+    return out
+
+
+def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
+    """Episodes 0, 1, 2, ... in order, computed a batch at a time (the caller stops when it has enough)."""
+    workers = config.workers or os.cpu_count() or 1
+    batch = 4 * workers
+    if workers == 1:
+        for episode in itertools.count():
+            yield _episode((config, episode))
+    # Ordered results keep the output independent of scheduling; fork keeps worker start-up cheap.
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for start in itertools.count(0, batch):
+            yield from pool.imap(_episode, [(config, e) for e in range(start, start + batch)])
+
+
+def generate(config: GenerateConfig, progress: bool = True) -> dict:
+    """Generate ``config.samples`` samples into ``config.out_dir``.
+
+    Returns:
+        A summary: sample and episode counts, scene kinds, commands.
+
+    Raises:
+        InputError: a non-positive sample count.
+    """
+    if config.samples <= 0:
+        raise InputError(f"samples must be positive, got {config.samples}")
+    from tqdm import tqdm
+
+    (config.out_dir / "images").mkdir(parents=True, exist_ok=True)
+    samples: list[dict] = []
+    episodes = 0
+    with tqdm(total=config.samples, desc="samples", unit="sample", disable=not progress) as bar:
+        for episode_samples in _episodes(config):
+            episodes += 1
+            taken = episode_samples[: config.samples - len(samples)]
+            samples += taken
+            bar.update(len(taken))
+            if len(samples) >= config.samples:
+                break
+    _write_outputs(config, samples)
+    kinds = [s["truth"]["kind"] for s in samples]
+    commands = [s["truth"]["command"] for s in samples]
+    return {
+        "samples": len(samples),
+        "episodes": episodes,
+        "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "commands": {c: commands.count(c) for c in sorted(set(commands))},
+    }
+
+
+def _write_outputs(config: GenerateConfig, samples: list[dict]) -> None:
+    out = config.out_dir
+    for name in ("planning", "detection"):
+        (out / f"{name}.json").write_text(json.dumps([s[name] for s in samples], indent=1))
+    (out / "qa.json").write_text(json.dumps([r for s in samples for r in s["qa"]], indent=1))
+    with (out / "ground_truth.jsonl").open("w") as f:
+        for s in samples:
+            f.write(json.dumps(s["truth"]) + "\n")
+    camera = {"intrinsics": asdict(config.camera.intrinsics), "mount": asdict(config.camera.mount)}
+    (out / "camera.json").write_text(json.dumps(camera, indent=1))

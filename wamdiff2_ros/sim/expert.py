@@ -1,0 +1,221 @@
+"""Ground truth from a recorded drive: command, ego motion, expert waypoints, agents' futures, boxes, QA.
+
+The expert is highway-env's IDM/MOBIL driver in the ego's seat; its realised future is the target. This
+module reads a recorded log and a rendered frame; it never steps the simulator (``record_drive`` does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wamdiff2_ros.geometry import map_to_ego, wrap_angle
+from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
+from wamdiff2_ros.sim.render import Frame
+from wamdiff2_ros.sim.scenes import SIM_HZ, LaneGeometry, Scene, Snapshot
+
+TICKS_PER_WAYPOINT = round(WAYPOINT_DT_S * SIM_HZ)
+HORIZON_TICKS = NUM_WAYPOINTS * TICKS_PER_WAYPOINT
+COMMAND_LOOKAHEAD_M = 50.0  # a turn within this distance along the route sets the command
+TURN_THRESHOLD_RAD = np.radians(45.0)
+CURVE_LOOKAHEAD_M = 80.0
+CURVE_THRESHOLD_RAD = np.radians(10.0)
+DRIVABLE_RANGE_M = 80.0
+MIN_VISIBLE_FRACTION = 0.25
+MIN_BOX_HEIGHT_PX = 4.0
+MAX_BOX_DISTANCE_M = 100.0
+SAME_LANE_HALF_WIDTH_M = 1.8
+
+
+@dataclass(frozen=True)
+class AgentFutures:
+    """Other vehicles over the horizon in the ego frame at the sample time; NaN where a vehicle is gone."""
+
+    poses_ego: np.ndarray  # (N, 8, 3) x, y metres and yaw radians at t = 0.5 .. 4 s
+    current_ego: np.ndarray  # (N, 3) at t = 0
+    sizes_m: np.ndarray  # (N, 2) length, width
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """Everything one training or evaluation sample knows about its scene."""
+
+    command: str  # left | straight | right
+    velocity_ego_mps: np.ndarray  # (2,) vx, vy in the ego frame
+    accel_ego_mps2: np.ndarray  # (2,) ax, ay in the ego frame
+    waypoints_ego: np.ndarray  # (8, 2) expert positions at 0.5 .. 4 s
+    agents: AgentFutures
+    drivable_ego: tuple[
+        np.ndarray, ...
+    ]  # lane polygons (K, 2) in the ego frame; drivable area is their union
+    boxes_px: np.ndarray  # (M, 4) x1, y1, x2, y2 of visible vehicles
+    labels: tuple[str, ...]
+    qa: tuple[tuple[str, str], ...]  # (question, answer) from scene facts
+
+
+def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahead_m: float) -> float:
+    """Heading change (rad, left positive) of a route between the point nearest ``position_xy`` and
+    ``lookahead_m`` further along it; 0 when the route ends first."""
+    nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
+    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(route_map[nearest:], axis=0), axis=1))])
+    ahead = nearest + int(np.searchsorted(arc_m, lookahead_m))
+    if ahead + 1 >= len(route_map) or nearest + 1 >= len(route_map):
+        return 0.0
+
+    def heading_at(i: int) -> float:
+        delta = route_map[i + 1] - route_map[i]
+        return float(np.arctan2(delta[1], delta[0]))
+
+    return float(wrap_angle(heading_at(ahead) - heading_at(nearest)))
+
+
+def navigation_command(route_map: np.ndarray, position_xy: np.ndarray) -> str:
+    """``left``/``right`` when the route turns by more than 45 degrees within 50 m, else ``straight``."""
+    change_rad = route_heading_change(route_map, position_xy, COMMAND_LOOKAHEAD_M)
+    if change_rad > TURN_THRESHOLD_RAD:
+        return "left"
+    if change_rad < -TURN_THRESHOLD_RAD:
+        return "right"
+    return "straight"
+
+
+def ego_motion(snapshot: Snapshot) -> tuple[np.ndarray, np.ndarray]:
+    """Ego velocity (speed, 0) and acceleration (dv/dt, v * yaw rate) in the ego frame (IMU-like)."""
+    velocity = np.array([snapshot.ego.speed_mps, 0.0])
+    accel = np.array([snapshot.ego_accel_mps2, snapshot.ego.speed_mps * snapshot.ego_yaw_rate_radps])
+    return velocity, accel
+
+
+def record_drive(scene: Scene, duration_s: float) -> list[Snapshot]:
+    """Step ``scene`` for ``duration_s`` and return the snapshots from t = 0, stopping after an ego crash."""
+    log = [scene.snapshot()]
+    for _ in range(round(duration_s * SIM_HZ)):
+        scene.step()
+        log.append(scene.snapshot())
+        if log[-1].ego_crashed:
+            break
+    return log
+
+
+def sample_indices(log: list[Snapshot], stride_ticks: int, first_tick: int = SIM_HZ) -> list[int]:
+    """Ticks with a full, crash-free expert horizon after them, every ``stride_ticks`` from ``first_tick``."""
+    usable_end = len(log) - HORIZON_TICKS
+    if log and log[-1].ego_crashed:
+        usable_end -= 1
+    return list(range(first_tick, usable_end, stride_ticks))
+
+
+def expert_waypoints(log: list[Snapshot], index: int) -> np.ndarray:
+    """The ego's realised positions (8, 2) at 0.5 .. 4 s after ``index``, in the ego frame at ``index``."""
+    ego = log[index].ego
+    future = np.array([log[index + k * TICKS_PER_WAYPOINT].ego.xy for k in range(1, NUM_WAYPOINTS + 1)])
+    return map_to_ego(future, ego.xy, ego.yaw_rad)
+
+
+def agent_futures(log: list[Snapshot], index: int) -> AgentFutures:
+    """Poses of the vehicles present at ``index`` over the horizon, in the ego frame at ``index``."""
+    ego = log[index].ego
+    agents = log[index].agents
+    poses = np.full((len(agents), NUM_WAYPOINTS + 1, 3), np.nan)
+    row = {a.agent_id: i for i, a in enumerate(agents)}
+    for k in range(NUM_WAYPOINTS + 1):
+        for agent in log[index + k * TICKS_PER_WAYPOINT].agents:
+            if agent.agent_id in row:
+                xy = map_to_ego(agent.xy, ego.xy, ego.yaw_rad)
+                poses[row[agent.agent_id], k] = (xy[0], xy[1], wrap_angle(agent.yaw_rad - ego.yaw_rad))
+    sizes = np.array([[a.length_m, a.width_m] for a in agents]).reshape(-1, 2)
+    return AgentFutures(poses[:, 1:], poses[:, 0], sizes)
+
+
+def drivable_polygons(lanes: tuple[LaneGeometry, ...], snapshot: Snapshot) -> tuple[np.ndarray, ...]:
+    """Lane polygons (left edge forward, right edge back) in the ego frame, cropped to 80 m around the ego."""
+    polygons = []
+    for lane in lanes:
+        near = np.linalg.norm(lane.centre_map - snapshot.ego.xy, axis=1) < DRIVABLE_RANGE_M
+        if near.sum() < 2:
+            continue
+        index = np.flatnonzero(near)
+        keep = slice(max(index[0] - 1, 0), index[-1] + 2)  # one sample beyond the range on both ends
+        left, right = (edge[keep] for edge in lane.boundaries())
+        polygon_map = np.concatenate([left, right[::-1]])
+        polygons.append(map_to_ego(polygon_map, snapshot.ego.xy, snapshot.ego.yaw_rad))
+    return tuple(polygons)
+
+
+def visible_boxes(frame: Frame) -> np.ndarray:
+    """Boxes (M, 4) of vehicles that a labeller would mark: mostly unoccluded, big enough, within 100 m."""
+    boxes = [
+        b.box_px
+        for b in frame.boxes
+        if b.visible_fraction >= MIN_VISIBLE_FRACTION
+        and b.box_px[3] - b.box_px[1] >= MIN_BOX_HEIGHT_PX
+        and b.distance_m <= MAX_BOX_DISTANCE_M
+    ]
+    return np.array(boxes, dtype=np.float64).reshape(-1, 4)
+
+
+def _speed_action(log: list[Snapshot], index: int) -> str:
+    now_mps = log[index].ego.speed_mps
+    later_mps = log[index + HORIZON_TICKS].ego.speed_mps
+    if later_mps < 0.5:
+        return "stop"
+    if later_mps - now_mps < -1.5:
+        return "slow down"
+    if later_mps - now_mps > 1.5:
+        return "accelerate"
+    return "keep speed"
+
+
+def scene_qa(
+    log: list[Snapshot], index: int, route_map: np.ndarray, agents: AgentFutures, n_boxes: int
+) -> tuple[tuple[str, str], ...]:
+    """Question/answer pairs whose answers are facts of the scene (one word or a number)."""
+    current = agents.current_ego
+    ahead = (current[:, 0] > 0.0) & (current[:, 0] < 30.0) & (np.abs(current[:, 1]) < SAME_LANE_HALF_WIDTH_M)
+    curve_rad = route_heading_change(route_map, log[index].ego.xy, CURVE_LOOKAHEAD_M)
+    curve = (
+        "left"
+        if curve_rad > CURVE_THRESHOLD_RAD
+        else "right"
+        if curve_rad < -CURVE_THRESHOLD_RAD
+        else "straight"
+    )
+    return (
+        ("How many vehicles are clearly visible in the image?", str(n_boxes)),
+        (
+            "Is there a vehicle ahead in the ego lane within 30 meters? Answer yes or no.",
+            "yes" if ahead.any() else "no",
+        ),
+        (
+            "What should the ego do in the next 4 seconds: accelerate, keep speed, slow down or stop?",
+            _speed_action(log, index),
+        ),
+        ("Does the road ahead bend left, bend right or go straight?", curve),
+    )
+
+
+def ground_truth(log: list[Snapshot], index: int, scene: Scene, frame: Frame) -> GroundTruth:
+    """All ground truth of the sample at tick ``index`` of a drive recorded from ``scene``.
+
+    Args:
+        log: the drive from ``record_drive``; ``index`` must be one of ``sample_indices(log, ...)``.
+        index: the sample's tick.
+        scene: the scene the log came from (lanes and route).
+        frame: the front-camera frame rendered at ``index``.
+    """
+    snapshot = log[index]
+    velocity, accel = ego_motion(snapshot)
+    agents = agent_futures(log, index)
+    boxes = visible_boxes(frame)
+    return GroundTruth(
+        command=navigation_command(scene.route_map, snapshot.ego.xy),
+        velocity_ego_mps=velocity,
+        accel_ego_mps2=accel,
+        waypoints_ego=expert_waypoints(log, index),
+        agents=agents,
+        drivable_ego=drivable_polygons(scene.lanes, snapshot),
+        boxes_px=boxes,
+        labels=("car",) * len(boxes),
+        qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
+    )

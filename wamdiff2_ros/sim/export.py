@@ -1,0 +1,125 @@
+"""Samples as the reference's JSON training records (planning, detection, QA) and as ground-truth lines.
+
+A record is ``{datasource, id, image: [path], conversations: [{from: human, value}, {from: gpt, value}]}``
+(WAM-Diff2 README.md:103-125). The planning turn is ``model.prompt``'s text, verbatim; detection answers are
+Qwen-style JSON boxes in pixels of the exported image. Rendering and simulation happen elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from wamdiff2_ros.model.prompt import IMAGE_PLACEHOLDER, format_waypoints, planning_user_text
+from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
+
+DATASOURCE = "wamdiff2_sim"
+DETECTION_CATEGORIES = ("car",)
+DETECTION_INSTRUCTION = (
+    "Locate every instance that belongs to the following categories: {categories}. "
+    'Report bbox coordinates in JSON format as [{{"bbox_2d": [x1, y1, x2, y2], "label": "category"}}], '
+    "in pixels of this image."
+)
+
+
+def record(sample_id: str, image_path: str, user_text: str, answer: str) -> dict:
+    """One reference-format record with a single image and one human/gpt exchange."""
+    return {
+        "datasource": DATASOURCE,
+        "id": sample_id,
+        "image": [image_path],
+        "conversations": [{"from": "human", "value": user_text}, {"from": "gpt", "value": answer}],
+    }
+
+
+def planning_record(sample_id: str, image_path: str, truth: GroundTruth) -> dict:
+    """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``."""
+    user_text = planning_user_text(truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2)
+    return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego))
+
+
+def format_detections(boxes_px: np.ndarray, labels: Sequence[str]) -> str:
+    """Qwen-style grounding answer: ``[{"bbox_2d": [x1, y1, x2, y2], "label": "car"}, ...]``, integer pixels.
+
+    Boxes are listed in the given order (nearest vehicle first when they come from ``expert``).
+    """
+    items = [
+        {"bbox_2d": [round(float(v)) for v in box], "label": label}
+        for box, label in zip(np.asarray(boxes_px).reshape(-1, 4), labels, strict=True)
+    ]
+    return json.dumps(items)
+
+
+def detection_user_text(categories: Sequence[str] = DETECTION_CATEGORIES) -> str:
+    """The perception prompt with the image placeholder first."""
+    return f"{IMAGE_PLACEHOLDER}\n" + DETECTION_INSTRUCTION.format(categories=", ".join(categories))
+
+
+def detection_record(sample_id: str, image_path: str, truth: GroundTruth) -> dict:
+    """The detection record for the same image."""
+    return record(
+        sample_id, image_path, detection_user_text(), format_detections(truth.boxes_px, truth.labels)
+    )
+
+
+def qa_records(sample_id: str, image_path: str, truth: GroundTruth) -> list[dict]:
+    """One record per scene-fact question; ids get ``_qa<k>`` appended."""
+    return [
+        record(f"{sample_id}_qa{k}", image_path, f"{IMAGE_PLACEHOLDER}\n{question}", answer)
+        for k, (question, answer) in enumerate(truth.qa)
+    ]
+
+
+def _rounded(array: np.ndarray) -> list:
+    """Nested lists rounded to millimetres; NaN (a vehicle that left the scene) becomes null."""
+    values = np.round(np.asarray(array, dtype=np.float64), 3)
+    out = values.astype(object)
+    out[np.isnan(values)] = None
+    return out.tolist()
+
+
+def ground_truth_line(sample_id: str, image_path: str, truth: GroundTruth) -> dict:
+    """Everything open-loop evaluation needs beyond the records, as one JSON-serialisable dict."""
+    return {
+        "id": sample_id,
+        "image": image_path,
+        "command": truth.command,
+        "velocity_ego_mps": _rounded(truth.velocity_ego_mps),
+        "accel_ego_mps2": _rounded(truth.accel_ego_mps2),
+        "waypoints_ego": _rounded(truth.waypoints_ego),
+        "agents_poses_ego": _rounded(truth.agents.poses_ego),
+        "agents_current_ego": _rounded(truth.agents.current_ego),
+        "agents_sizes_m": _rounded(truth.agents.sizes_m),
+        "drivable_ego": [_rounded(p) for p in truth.drivable_ego],
+        "boxes_px": _rounded(truth.boxes_px),
+        "labels": list(truth.labels),
+        "qa": [list(pair) for pair in truth.qa],
+    }
+
+
+def _array(values: list, shape_tail: tuple[int, ...]) -> np.ndarray:
+    """Nested lists (null as NaN) to a float array; with ``shape_tail`` the leading axis may be empty."""
+    array = np.array(values, dtype=np.float64)  # None becomes NaN
+    return array.reshape(-1, *shape_tail) if shape_tail else array
+
+
+def ground_truth_from_line(line: dict) -> GroundTruth:
+    """Inverse of ``ground_truth_line`` (values rounded to millimetres)."""
+    agents = AgentFutures(
+        poses_ego=_array(line["agents_poses_ego"], (8, 3)),
+        current_ego=_array(line["agents_current_ego"], (3,)),
+        sizes_m=_array(line["agents_sizes_m"], (2,)),
+    )
+    return GroundTruth(
+        command=line["command"],
+        velocity_ego_mps=_array(line["velocity_ego_mps"], ()),
+        accel_ego_mps2=_array(line["accel_ego_mps2"], ()),
+        waypoints_ego=_array(line["waypoints_ego"], (2,)),
+        agents=agents,
+        drivable_ego=tuple(_array(p, (2,)) for p in line["drivable_ego"]),
+        boxes_px=_array(line["boxes_px"], (4,)),
+        labels=tuple(line["labels"]),
+        qa=tuple((q, a) for q, a in line["qa"]),
+    )
