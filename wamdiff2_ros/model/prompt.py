@@ -1,16 +1,21 @@
 """The WAM-Diff2 planning prompt and answer text, exactly as the reference writes them.
 
-Reference: fudan-generative-vision/WAM-Diff2 README.md:103-125 (see shared/research/wamdiff2_reference.md §1.3).
-This module builds text only; tokenisation and image handling live elsewhere.
+Reference: fudan-generative-vision/WAM-Diff2 README.md:103-125 (shared/research/wamdiff2_reference.md §1.3).
+Also the chat-templated prefix and its tensors (token ids, image patches). Decoding lives in decoding/.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import torch
+from PIL import Image
+from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS, prepare_image
 
 COMMANDS = ("left", "straight", "right", "unknown")
 IMAGE_PLACEHOLDER = "<image>"
@@ -63,5 +68,127 @@ def format_waypoints(waypoints_ego: np.ndarray) -> str:
     """The answer text ``x1,y1,...,x8,y8`` with 2 decimals for an (8, 2) array in metres."""
     waypoints_ego = np.asarray(waypoints_ego, dtype=np.float64)
     if waypoints_ego.shape != (NUM_WAYPOINTS, 2) or not np.all(np.isfinite(waypoints_ego)):
-        raise InputError(f"waypoints must be a finite ({NUM_WAYPOINTS}, 2) array, got shape {waypoints_ego.shape}")
+        raise InputError(
+            f"waypoints must be a finite ({NUM_WAYPOINTS}, 2) array, got shape {waypoints_ego.shape}"
+        )
     return ",".join(f"{v + 0.0:.2f}" for v in waypoints_ego.reshape(-1))
+
+
+@dataclass(frozen=True)
+class PromptTensors:
+    """A tokenised prompt with its image: what the prefill forward takes (batch of one)."""
+
+    input_ids: torch.Tensor  # (1, P) int64, ends with <|im_start|>assistant\n
+    mm_token_type_ids: torch.Tensor  # (1, P) int32: 1 at <|image_pad|>, else 0
+    pixel_values: torch.Tensor | None  # (patches, 1536) float32, None for a text-only prompt
+    image_grid_thw: torch.Tensor | None  # (1, 3) int64
+
+    @property
+    def length(self) -> int:
+        """Number of prompt tokens P (visual tokens included)."""
+        return int(self.input_ids.shape[1])
+
+
+def chat_prompt_text(user_text: str, num_image_tokens: int) -> str:
+    """The chat-templated prefix for one user turn, ending with ``<|im_start|>assistant\\n``.
+
+    The user text is split at ``<image>`` and each side stripped, with the vision block between them, as the
+    reference does (datasets.py:335-348, gpu.py:174-188); Qwen3-VL's template joins content items with nothing
+    between them and adds no system turn. Only the first user turn is kept (gpu.py:194-196).
+
+    Args:
+        user_text: the human turn, with at most one ``<image>``.
+        num_image_tokens: number of ``<|image_pad|>`` tokens (ignored without ``<image>``).
+
+    Returns:
+        The prompt string with special tokens spelled out.
+
+    Raises:
+        InputError: more than one ``<image>``, or an ``<image>`` with no visual tokens.
+    """
+    parts = user_text.split(IMAGE_PLACEHOLDER)
+    if len(parts) > 2:
+        raise InputError(
+            f"the prompt holds {len(parts) - 1} {IMAGE_PLACEHOLDER} placeholders; one is supported"
+        )
+    if len(parts) == 2 and num_image_tokens <= 0:
+        raise InputError(f"the prompt has {IMAGE_PLACEHOLDER} but the image has no visual tokens")
+    content = parts[0].strip()
+    if len(parts) == 2:
+        vision = "<|vision_start|>" + "<|image_pad|>" * num_image_tokens + "<|vision_end|>"
+        content = content + vision + parts[1].strip()
+    return f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def build_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    user_text: str,
+    image: np.ndarray | Image.Image | None,
+    *,
+    min_pixels: int = MIN_PIXELS,
+    max_pixels: int = MAX_PIXELS,
+) -> PromptTensors:
+    """Tokenise a user turn with its (optional) image into prefill tensors.
+
+    Args:
+        tokenizer: the Qwen tokenizer.
+        user_text: the human turn; ``<image>`` marks where the image goes.
+        image: (H, W, 3) uint8 RGB array or PIL image; ``None`` for a text-only prompt.
+        min_pixels: smallest resized image area.
+        max_pixels: largest resized image area.
+
+    Returns:
+        The prompt tensors.
+
+    Raises:
+        InputError: image and ``<image>`` placeholder disagree, or the image is unusable.
+    """
+    has_placeholder = IMAGE_PLACEHOLDER in user_text
+    if has_placeholder != (image is not None):
+        raise InputError(f"an image needs exactly one {IMAGE_PLACEHOLDER} in the prompt text, and vice versa")
+    vision = prepare_image(image, min_pixels=min_pixels, max_pixels=max_pixels) if image is not None else None
+    text = chat_prompt_text(user_text, vision.num_tokens if vision is not None else 0)
+    input_ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], dtype=torch.int64)
+    image_pad_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    mm_token_type_ids = (input_ids == image_pad_id).to(torch.int32)
+    if vision is not None and int(mm_token_type_ids.sum()) != vision.num_tokens:
+        raise InputError(
+            f"tokenised prompt has {int(mm_token_type_ids.sum())} image tokens, expected {vision.num_tokens}"
+        )
+    return PromptTensors(
+        input_ids=input_ids,
+        mm_token_type_ids=mm_token_type_ids,
+        pixel_values=vision.pixel_values if vision is not None else None,
+        image_grid_thw=vision.image_grid_thw if vision is not None else None,
+    )
+
+
+def build_planning_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    image: np.ndarray | Image.Image,
+    command: str,
+    velocity_mps: Sequence[float],
+    acceleration_mps2: Sequence[float],
+    *,
+    min_pixels: int = MIN_PIXELS,
+    max_pixels: int = MAX_PIXELS,
+) -> PromptTensors:
+    """The reference planning prompt (front image, command, ego state) as prefill tensors.
+
+    Args:
+        tokenizer: the Qwen tokenizer.
+        image: front camera image, (H, W, 3) uint8 RGB or PIL.
+        command: navigation command (``COMMANDS``).
+        velocity_mps: (vx, vy) in the ego frame.
+        acceleration_mps2: (ax, ay) in the ego frame.
+        min_pixels: smallest resized image area.
+        max_pixels: largest resized image area.
+
+    Returns:
+        The prompt tensors.
+
+    Raises:
+        InputError: bad command, non-finite state, or unusable image.
+    """
+    user_text = planning_user_text(command, velocity_mps, acceleration_mps2)
+    return build_prompt(tokenizer, user_text, image, min_pixels=min_pixels, max_pixels=max_pixels)

@@ -1,0 +1,124 @@
+"""Checkpoints round-trip bit-identically; broken, tampered or unsafe folders fail with errors naming why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from wamdiff2_ros.errors import CheckpointError
+from wamdiff2_ros.model.checkpoint import MANIFEST, WEIGHTS, load_checkpoint, save_checkpoint
+from wamdiff2_ros.model.forward import block_causal_logits
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, tiny_model, tokenizer):
+    return save_checkpoint(tiny_model, tmp_path_factory.mktemp("ckpt"), tokenizer)
+
+
+@pytest.fixture
+def copy(saved, tmp_path):
+    target = tmp_path / "ckpt"
+    shutil.copytree(saved, target)
+    return target
+
+
+def test_saved_checkpoint_loads_bit_identical(saved, tiny_model):
+    loaded = load_checkpoint(saved).model
+    original, restored = tiny_model.state_dict(), loaded.state_dict()
+    assert original.keys() == restored.keys()
+    for name, tensor in original.items():
+        assert restored[name].dtype == tensor.dtype, name
+        assert torch.equal(restored[name], tensor), name
+    assert loaded.lm_head.weight is loaded.model.language_model.embed_tokens.weight
+
+
+def test_loaded_checkpoint_gives_identical_logits(saved, tiny_model, planning_prompt):
+    loaded = load_checkpoint(saved).model
+    response = torch.full((1, 8), 151671)
+    assert torch.equal(
+        block_causal_logits(loaded, planning_prompt, response, 4),
+        block_causal_logits(tiny_model, planning_prompt, response, 4),
+    )
+
+
+def test_checkpoint_loads_in_bf16(saved, tiny_model):
+    loaded = load_checkpoint(saved, dtype="bf16").model
+    embed = loaded.model.language_model.embed_tokens.weight
+    assert embed.dtype == torch.bfloat16
+    assert torch.equal(embed, tiny_model.model.language_model.embed_tokens.weight.to(torch.bfloat16))
+
+
+def test_checkpoint_brings_its_tokenizer(saved, tokenizer):
+    loaded = load_checkpoint(saved).tokenizer
+    text = "2.26,-0.17<|im_end|>"
+    assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+
+def test_missing_folder_is_a_checkpoint_error(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nowhere")
+
+
+def test_missing_config_is_a_checkpoint_error(copy):
+    (copy / "config.json").unlink()
+    with pytest.raises(CheckpointError, match=r"config\.json is missing"):
+        load_checkpoint(copy)
+
+
+def test_truncated_weights_are_a_checkpoint_error(copy):
+    (copy / MANIFEST).unlink()  # without the manifest, safetensors' own size check must catch it
+    data = (copy / WEIGHTS).read_bytes()
+    (copy / WEIGHTS).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(copy)
+
+
+def test_tampered_weights_fail_the_manifest_check(copy):
+    data = bytearray((copy / WEIGHTS).read_bytes())
+    data[-5] ^= 0xFF  # one flipped bit pattern in tensor data: only a checksum can see it
+    (copy / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="tampered or corrupt"):
+        load_checkpoint(copy)
+
+
+def test_corrupt_header_is_a_checkpoint_error(copy):
+    (copy / MANIFEST).unlink()
+    data = bytearray((copy / WEIGHTS).read_bytes())
+    data[8:16] = b"\x00{{{{{{{"
+    (copy / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(copy)
+
+
+def test_pickle_weights_are_refused(copy):
+    (copy / WEIGHTS).rename(copy / "pytorch_model.bin")
+    (copy / MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match="pickle formats are never loaded"):
+        load_checkpoint(copy)
+
+
+def test_weights_that_do_not_match_the_config_are_refused(copy):
+    config = json.loads((copy / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 3
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"1[0-9]* missing"):
+        load_checkpoint(copy)
+
+
+def test_unknown_model_type_is_refused(copy):
+    config = json.loads((copy / "config.json").read_text())
+    config["model_type"] = "llama"
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="model_type 'llama'"):
+        load_checkpoint(copy)
+
+
+def test_wam_diff2_model_type_is_accepted(copy, tiny_model):
+    config = json.loads((copy / "config.json").read_text())
+    config["model_type"] = "wam_diff2"
+    (copy / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(copy).model
+    assert torch.equal(loaded.lm_head.weight, tiny_model.lm_head.weight)

@@ -1,0 +1,88 @@
+"""The planning prompt is the reference's text inside the Qwen chat template, with the image expanded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.model.prompt import (
+    PLANNING_INSTRUCTION,
+    build_prompt,
+    chat_prompt_text,
+    format_waypoints,
+    planning_user_text,
+)
+
+# reference README.md:116, one line per row
+REFERENCE_USER_LINES = [
+    "Here is a front-view images from a driving vehicle: <image>",
+    "The navigation information is: right",
+    "The current position is (0.00,0.00)",
+    "The current velocity is: (4.66,-0.09) and current accelerate is: (0.17,-1.53)",
+    PLANNING_INSTRUCTION,
+]
+
+
+def test_planning_user_text_matches_reference_sample():
+    assert planning_user_text("right", (4.66, -0.09), (0.17, -1.53)).split("\n") == REFERENCE_USER_LINES
+
+
+def test_chat_prompt_puts_the_image_between_the_stripped_halves():
+    text = chat_prompt_text("a: <image>\nb", 3)
+    assert text == (
+        "<|im_start|>user\na:<|vision_start|><|image_pad|><|image_pad|><|image_pad|><|vision_end|>b"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_planning_prompt_tokens_end_with_the_assistant_header(planning_prompt, tokenizer):
+    ids = planning_prompt.input_ids[0].tolist()
+    assert tokenizer.decode(ids[-3:]) == "<|im_start|>assistant\n"
+    assert ids[:3] == tokenizer("<|im_start|>user\n", add_special_tokens=False)["input_ids"]
+
+
+def test_planning_prompt_has_one_pad_token_per_visual_token(planning_prompt):
+    grid = planning_prompt.image_grid_thw[0].tolist()
+    assert int(planning_prompt.mm_token_type_ids.sum()) == grid[0] * grid[1] * grid[2] // 4 == 20
+    assert planning_prompt.pixel_values.shape[0] == grid[1] * grid[2]
+
+
+def test_text_only_prompt_has_no_vision_inputs(tokenizer):
+    prompt = build_prompt(tokenizer, "Why should the ego vehicle wait?", None)
+    assert prompt.pixel_values is None and int(prompt.mm_token_type_ids.sum()) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "image", "message"),
+    [
+        pytest.param(
+            "<image> and <image>", np.zeros((64, 64, 3), np.uint8), "2 <image>", id="two-placeholders"
+        ),
+        pytest.param(
+            "no placeholder", np.zeros((64, 64, 3), np.uint8), "exactly one", id="image-without-mark"
+        ),
+        pytest.param("<image> here", None, "exactly one", id="mark-without-image"),
+    ],
+)
+def test_prompt_and_image_mismatch_is_an_input_error(tokenizer, text, image, message):
+    with pytest.raises(InputError, match=message):
+        build_prompt(tokenizer, text, image)
+
+
+@pytest.mark.parametrize(
+    ("command", "velocity", "message"),
+    [
+        pytest.param("north", (1.0, 0.0), "navigation command", id="unknown-command"),
+        pytest.param("left", (float("nan"), 0.0), "velocity must be two finite", id="nan-velocity"),
+    ],
+)
+def test_bad_planning_inputs_are_input_errors(command, velocity, message):
+    with pytest.raises(InputError, match=message):
+        planning_user_text(command, velocity, (0.0, 0.0))
+
+
+def test_formatted_waypoints_parse_back():
+    waypoints = np.arange(16, dtype=np.float64).reshape(8, 2) * 1.25 - 3.0
+    assert np.array_equal(parse_waypoints(format_waypoints(waypoints)), np.round(waypoints, 2))

@@ -1,0 +1,161 @@
+"""Answer text to waypoints, 2D detections or a QA answer; a ``ParseError`` says what is wrong.
+
+Every parser first cuts at the first ``<|im_end|>`` (the reference leaves tokens after it in the last block;
+pitfall 6). Detection output follows Qwen3-VL's grounding format, a JSON list of
+``{"bbox_2d": [x1, y1, x2, y2], "label": ...}``, which the reference does not document (its detection
+serializer is unreleased).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from wamdiff2_ros.errors import InputError, ParseError
+from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
+
+EOS_TEXT = "<|im_end|>"
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+BOX_FRAMES = ("norm1000", "resized_px")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One 2D box as the model wrote it, and its label."""
+
+    label: str
+    box: tuple[
+        float, float, float, float
+    ]  # x1, y1, x2, y2 in the frame the model uses (see boxes_to_source_px)
+
+
+def answer_text(text: str) -> str:
+    """The answer up to the first ``<|im_end|>``, stripped."""
+    return text.split(EOS_TEXT, 1)[0].strip()
+
+
+def parse_waypoints(text: str, *, max_abs_m: float | None = None) -> np.ndarray:
+    """``x1,y1,...,x8,y8`` to an (8, 2) array of ego-frame metres (x forward, y left, 0.5 s apart).
+
+    Args:
+        text: decoded answer (may still hold ``<|im_end|>`` and what follows).
+        max_abs_m: if given, every coordinate must satisfy |v| <= max_abs_m.
+
+    Returns:
+        (8, 2) float64 array, all finite.
+
+    Raises:
+        ParseError: empty answer, wrong count, a field that is not a decimal number, or a value out of bounds.
+    """
+    answer = answer_text(text)
+    if not answer:
+        raise ParseError("empty answer: expected 16 comma-separated numbers")
+    fields = [field.strip() for field in answer.split(",")]
+    if len(fields) != 2 * NUM_WAYPOINTS:
+        raise ParseError(
+            f"expected {2 * NUM_WAYPOINTS} comma-separated numbers, got {len(fields)} in {answer[:80]!r}"
+        )
+    for index, field in enumerate(fields):
+        if not _NUMBER.fullmatch(field):
+            raise ParseError(
+                f"value {index + 1} of {2 * NUM_WAYPOINTS} is not a decimal number: {field[:20]!r}"
+            )
+    values = np.array([float(field) for field in fields], dtype=np.float64)
+    if max_abs_m is not None and np.any(np.abs(values) > max_abs_m):
+        worst = int(np.argmax(np.abs(values)))
+        raise ParseError(f"value {worst + 1} = {values[worst]} exceeds the bound of {max_abs_m} m")
+    return values.reshape(NUM_WAYPOINTS, 2)
+
+
+def parse_detections(text: str) -> list[Detection]:
+    """Qwen-style grounding JSON to detections (an empty list is a valid answer).
+
+    Args:
+        text: decoded answer; a surrounding ```json fence is allowed.
+
+    Returns:
+        The detections in answer order.
+
+    Raises:
+        ParseError: not JSON, not a list of objects, or an item without a label or four finite, ordered
+            coordinates.
+    """
+    answer = answer_text(text)
+    fenced = _FENCE.match(answer)
+    if fenced:
+        answer = fenced.group(1)
+    try:
+        items = json.loads(answer)
+    except json.JSONDecodeError as error:
+        raise ParseError(
+            f"detections are not valid JSON ({error.msg} at char {error.pos}): {answer[:80]!r}"
+        ) from error
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        raise ParseError(f"detections must be a JSON list of objects, got {type(items).__name__}")
+    detections = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or "bbox_2d" not in item:
+            raise ParseError(f"detection {index} has no 'bbox_2d': {str(item)[:80]}")
+        box = item["bbox_2d"]
+        if not (
+            isinstance(box, list)
+            and len(box) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)
+            and all(np.isfinite(box))
+        ):
+            raise ParseError(f"detection {index}: 'bbox_2d' must be 4 finite numbers, got {box!r}")
+        if box[0] > box[2] or box[1] > box[3]:
+            raise ParseError(f"detection {index}: box {box} has x1 > x2 or y1 > y2")
+        label = item.get("label")
+        if not isinstance(label, str) or not label.strip():
+            raise ParseError(f"detection {index} has no label")
+        detections.append(Detection(label=label.strip(), box=tuple(float(v) for v in box)))
+    return detections
+
+
+def boxes_to_source_px(
+    detections: list[Detection],
+    source_wh_px: tuple[int, int],
+    *,
+    frame: str = "norm1000",
+    resized_wh_px: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """Boxes in pixels of the source image, clipped to it.
+
+    Args:
+        detections: parsed detections.
+        source_wh_px: (width, height) of the camera image.
+        frame: ``norm1000`` (Qwen3-VL: 0..1000 relative coordinates) or ``resized_px`` (Qwen2.5-VL:
+            pixels of the resized model input).
+        resized_wh_px: (width, height) of the model input, needed for ``resized_px``.
+
+    Returns:
+        (N, 4) float64 x1, y1, x2, y2.
+
+    Raises:
+        InputError: unknown frame, or ``resized_px`` without ``resized_wh_px``.
+    """
+    if frame not in BOX_FRAMES:
+        raise InputError(f"box frame must be one of {BOX_FRAMES}, got {frame!r}")
+    if frame == "resized_px" and resized_wh_px is None:
+        raise InputError("the resized_px frame needs resized_wh_px")
+    width, height = source_wh_px
+    reference_w, reference_h = (1000.0, 1000.0) if frame == "norm1000" else resized_wh_px
+    boxes = np.array([d.box for d in detections], dtype=np.float64).reshape(-1, 4)
+    boxes[:, 0::2] = np.clip(boxes[:, 0::2] * width / reference_w, 0, width)
+    boxes[:, 1::2] = np.clip(boxes[:, 1::2] * height / reference_h, 0, height)
+    return boxes
+
+
+def parse_qa(text: str) -> str:
+    """A free-text answer, cut at ``<|im_end|>`` and stripped; ``ParseError`` when nothing is left."""
+    answer = answer_text(text)
+    if not answer:
+        raise ParseError("empty answer")
+    return answer
