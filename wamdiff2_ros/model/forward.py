@@ -84,6 +84,7 @@ def block_causal_hidden(
     return out.last_hidden_state[:, -(logits_to_keep or response_len) :]
 
 
+@torch.no_grad()
 def block_causal_logits(
     model: Qwen3VLForConditionalGeneration,
     prompt: PromptTensors,

@@ -1,0 +1,163 @@
+"""Grammar-constrained planning decodes always parse into 16 bounded numbers; the automaton is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step
+from wamdiff2_ros.errors import InputError, ParseError
+from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.model.tokenizer import EOS_ID, MASK_ID
+
+ANSWER = "2.26,-0.17,4.43,-0.55,6.45,-1.18,8.33,-2.06,10.04,-3.17,11.69,-4.50,13.24,-6.22,15.59,-8.59"
+RULES = ["low_confidence_dynamic", "low_confidence_static", "sequential"]
+MAX_STEP_M = 20.0
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _assert_bounded_plan(text: str, max_step_m: float = MAX_STEP_M) -> None:
+    waypoints = parse_waypoints(text)
+    assert np.isfinite(waypoints).all()
+    limits = max_step_m * np.arange(1, 9)[:, None]  # waypoint k within k steps on each axis
+    assert (np.abs(waypoints) <= limits + 1e-9).all(), waypoints
+
+
+def test_reference_answer_is_accepted_and_ends_in_done(grammar, tokenizer):
+    assert grammar.advance(grammar.start_state, [*_ids(tokenizer, ANSWER), EOS_ID]) == grammar.done_state
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("20.01," + ANSWER[5:], id="x1-over-20m"),
+        pytest.param("01.00,", id="leading-zero"),
+        pytest.param("1.0,", id="one-decimal"),
+        pytest.param("1.000", id="three-decimals"),
+        pytest.param("-,", id="sign-without-digits"),
+        pytest.param("1.00,,", id="empty-number"),
+        pytest.param(".50", id="no-integer-part"),
+    ],
+)
+def test_malformed_or_out_of_bound_prefixes_are_rejected(grammar, tokenizer, text):
+    assert grammar.advance(grammar.start_state, _ids(tokenizer, text)) is None
+
+
+def test_eos_is_only_allowed_after_the_sixteenth_number(grammar, tokenizer):
+    fifteen = ANSWER.rsplit(",", 1)[0]
+    assert grammar.advance(grammar.start_state, [*_ids(tokenizer, fifteen), EOS_ID]) is None
+    assert grammar.advance(grammar.start_state, _ids(tokenizer, ANSWER + ",1.00")) is None
+
+
+def test_bound_grows_with_the_waypoint_index(grammar, tokenizer):
+    # waypoint 8 may be 160 m away, waypoint 1 only 20 m
+    far_last = ",".join(["0.00"] * 14 + ["160.00", "-160.00"])
+    assert grammar.advance(grammar.start_state, _ids(tokenizer, far_last)) is not None
+    assert grammar.advance(grammar.start_state, _ids(tokenizer, "0.00,20.00")) is not None
+    assert grammar.advance(grammar.start_state, _ids(tokenizer, "0.00,-20.01")) is None
+
+
+def test_multi_character_comma_minus_token_is_allowed(grammar, tokenizer):
+    assert tokenizer.convert_tokens_to_ids(",-") in grammar.token_ids.tolist()
+
+
+def test_shortest_answer_is_80_tokens(grammar):
+    assert grammar.min_tokens() == 16 * 4 + 15 + 1  # "d.dd" x 16, 15 commas, <|im_end|>
+
+
+def test_allowed_tokens_respect_committed_tokens_later_in_the_block(grammar, tokenizer):
+    # A committed "," at offset 4 forces "d.dd" into offsets 0..3 (no room for a sign).
+    block = torch.zeros(8, dtype=torch.int64)
+    masked = torch.ones(8, dtype=torch.bool)
+    block[4], masked[4] = tokenizer.convert_tokens_to_ids(","), False
+    allowed = grammar.block_allowed(grammar.start_state, block, masked, 8, 200)
+    text = [
+        {grammar.token_text[int(grammar.token_ids[c])] for c in row.nonzero().flatten()} for row in allowed
+    ]
+    digits = set("0123456789")
+    assert text[:5] == [digits, {"."}, digits, digits, set()]
+    assert "-" in text[5]
+
+
+def test_budget_past_max_new_tokens_forces_the_end(grammar):
+    # Only 2 positions left inside the budget and none after: no answer can finish, so nothing is allowed.
+    masked = torch.ones(4, dtype=torch.bool)
+    allowed = grammar.block_allowed(grammar.start_state, torch.zeros(4, dtype=torch.int64), masked, 2, 0)
+    assert not allowed.any()
+    assert not grammar.block_feasible(grammar.start_state, torch.zeros(4, dtype=torch.int64), masked, 2, 0)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("block_size", [1, 4, 8, 16, 32], ids=lambda b: f"B{b}")
+def test_sampled_grammar_decodes_always_parse_within_bounds(
+    tiny_model, tokenizer, planning_prompt, grammar, block_size, rule
+):
+    # Random weights are the worst case; 8 seeded candidates at a high temperature per setting.
+    config = DecodeConfig(
+        block_size=block_size,
+        steps=8,
+        commit_rule=rule,
+        temperature=1.5,
+        seed=block_size,
+        candidates=8,
+        grammar=True,
+        max_new_tokens=128,
+    )
+    result = decode(tiny_model, tokenizer, planning_prompt, config, grammar)
+    for candidate in result.candidates:
+        assert candidate.stopped
+        _assert_bounded_plan(candidate.text)
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 8, 16, 32], ids=lambda b: f"B{b}")
+def test_greedy_grammar_decode_parses_with_default_rule(
+    tiny_model, tokenizer, planning_prompt, grammar, block_size
+):
+    config = DecodeConfig(block_size=block_size, grammar=True)
+    _assert_bounded_plan(decode(tiny_model, tokenizer, planning_prompt, config, grammar).text)
+
+
+def test_tightest_budget_still_parses(tiny_model, tokenizer, planning_prompt, grammar):
+    config = DecodeConfig(block_size=8, grammar=True, max_new_tokens=80, temperature=1.0, candidates=2)
+    result = decode(tiny_model, tokenizer, planning_prompt, config, grammar)
+    for candidate in result.candidates:
+        _assert_bounded_plan(candidate.text)
+
+
+def test_tighter_step_bound_is_respected(tiny_model, tokenizer, planning_prompt):
+    config = DecodeConfig(block_size=32, grammar=True, max_step_m=2.5, temperature=1.0, candidates=2)
+    for candidate in decode(tiny_model, tokenizer, planning_prompt, config).candidates:
+        _assert_bounded_plan(candidate.text, max_step_m=2.5)
+
+
+def test_without_grammar_the_parser_reports_what_is_wrong(tiny_model, tokenizer, planning_prompt):
+    text = decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(block_size=8, max_new_tokens=16)).text
+    with pytest.raises(ParseError, match=r"comma-separated numbers|empty answer"):
+        parse_waypoints(text)
+
+
+def test_budget_below_the_shortest_answer_is_an_input_error(tiny_model, tokenizer, planning_prompt):
+    with pytest.raises(InputError, match="below the 80 tokens"):
+        decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(grammar=True, max_new_tokens=64))
+
+
+def test_clashing_commits_keep_the_most_confident_consistent_tokens(grammar, tokenizer):
+    # "-" at offset 0 and "." at offset 1 each fit alone, but "-." does not: only the surer "-" is committed.
+    columns = grammar.token_ids.tolist()
+    logits = torch.zeros(1, 8, len(columns))
+    logits[0, 0, columns.index(tokenizer.convert_tokens_to_ids("-"))] = 20.0
+    logits[0, 1, columns.index(tokenizer.convert_tokens_to_ids("."))] = 10.0
+    tokens = torch.full((1, 8), MASK_ID)
+    masked = torch.ones(1, 8, dtype=torch.bool)
+    budget = BlockBudget(states=[grammar.start_state], limit=8, tokens_after=120)
+    config = DecodeConfig(block_size=8, grammar=True)
+    logits = constrain(logits, tokens, masked, config, grammar, budget, MASK_ID)
+    tokens, masked, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, None, None)
+    assert tokens[0, 0] == tokenizer.convert_tokens_to_ids("-")
+    assert masked[0, 1:].all()

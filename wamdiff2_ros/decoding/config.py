@@ -1,0 +1,114 @@
+"""Decode settings (one dataclass, checked on construction) and the result types every decoder returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from wamdiff2_ros.errors import InputError
+
+COMMIT_RULES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+CACHE_ORDERS = ("fused", "reference")
+DECODERS = ("block", "ar")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to decode one prompt. Defaults are the reference's (gpu.py:55-76) unless noted.
+
+    Attributes:
+        decoder: ``block`` (block diffusion, any B) or ``ar`` (the uncached B = 1 twin, for checks).
+        block_size: B, tokens denoised together (1 = autoregressive). Default 32.
+        steps: denoising forwards allowed per block. Default 32. The static and sequential rules use
+            ``min(steps, block_size)`` steps.
+        commit_rule: ``low_confidence_dynamic`` (commit every masked token with confidence >= threshold,
+            at least the best one), ``low_confidence_static`` (the top tokens on an even schedule so the
+            block ends in exactly ``steps``), or ``sequential`` (the left-most masked tokens, same schedule).
+        threshold: confidence threshold of the dynamic rule. Default 0.9.
+        temperature: 0 = greedy argmax; > 0 = sampling from softmax(logits / T).
+        seed: seed of candidate 0; candidate k uses ``seed + k``.
+        max_new_tokens: answer tokens at most (the reference's gpu.py default is 128). Blocks are
+            decoded whole and the answer is cut here.
+        candidates: K answers decoded together in one batch.
+        cache_order: ``fused`` writes block i to the cache during the first denoising step of block i+1 (one
+            forward fewer per block); ``reference`` runs the reference's extra clean forward per block.
+        grammar: constrain tokens to the planning answer ``x1,y1,...,x8,y8<|im_end|>`` (2 decimals, bounded).
+        max_step_m: grammar bound: waypoint k (k = 1..8, 0.5 s apart) has |x|, |y| <= k * max_step_m.
+            Default 20 m per 0.5 s step (144 km/h).
+        suppress_mask_token: never emit the mask id (the reference does not suppress it; pitfall 7).
+        Default on.
+    """
+
+    decoder: str = "block"
+    block_size: int = 32
+    steps: int = 32
+    commit_rule: str = "low_confidence_dynamic"
+    threshold: float = 0.9
+    temperature: float = 0.0
+    seed: int = 0
+    max_new_tokens: int = 128
+    candidates: int = 1
+    cache_order: str = "fused"
+    grammar: bool = False
+    max_step_m: float = 20.0
+    suppress_mask_token: bool = True
+
+    def __post_init__(self) -> None:
+        choices = {"decoder": DECODERS, "commit_rule": COMMIT_RULES, "cache_order": CACHE_ORDERS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise InputError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("block_size", "steps", "max_new_tokens", "candidates"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise InputError(f"threshold must be in (0, 1], got {self.threshold}")
+        if not self.temperature >= 0.0:
+            raise InputError(f"temperature must be >= 0, got {self.temperature}")
+        if not self.max_step_m > 0.0:
+            raise InputError(f"max_step_m must be > 0, got {self.max_step_m}")
+        if self.decoder == "ar" and self.block_size != 1:
+            raise InputError(
+                f"the ar decoder decodes one token per block; block_size must be 1, got {self.block_size}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:
+        """Build from a mapping; unknown keys are an ``InputError``, never silently ignored."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InputError(f"unknown decode settings {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One decoded answer."""
+
+    token_ids: tuple[int, ...]  # answer tokens, cut before the first <|im_end|> and at max_new_tokens
+    text: str
+    stopped: bool  # True when <|im_end|> was produced within max_new_tokens
+    seed: int
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Answers and costs of one decode call."""
+
+    candidates: tuple[Candidate, ...]
+    forwards: int  # model forward calls, prefill included; a batched call counts once
+    steps_per_block: tuple[int, ...]  # denoising forwards of each decoded block
+    prompt_tokens: int
+    prefill_s: float
+    latency_s: float  # whole decode, prefill included
+
+    @property
+    def text(self) -> str:
+        """Text of the first candidate."""
+        return self.candidates[0].text
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Tokens of the first candidate."""
+        return self.candidates[0].token_ids

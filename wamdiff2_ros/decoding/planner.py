@@ -1,0 +1,139 @@
+"""Plan one camera frame: reference prompt -> decode K candidates -> parsed ego-frame waypoints.
+
+This is the model-facing service the ROS planner node, the closed-loop simulator and the CLI share. It knows
+nothing of ROS messages, fallbacks or timing policy: a candidate whose answer does not parse comes back with
+the parser's reason instead of waypoints, and the caller decides what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.engine import decode, planning_grammar
+from wamdiff2_ros.errors import ParseError
+from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
+from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt
+from wamdiff2_ros.model.tokenizer import load_tokenizer
+
+
+@dataclass(frozen=True)
+class DrivingInputs:
+    """What the planning prompt is built from.
+
+    Attributes:
+        image_rgb: (H, W, 3) uint8 front camera frame, RGB.
+        command: navigation command word (``left``, ``straight``, ``right``, ``unknown``).
+        velocity_mps: (vx, vy) in the ego frame (x forward, y left).
+        acceleration_mps2: (ax, ay) in the ego frame.
+    """
+
+    image_rgb: np.ndarray
+    command: str
+    velocity_mps: tuple[float, float]
+    acceleration_mps2: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PlannedCandidate:
+    """One decoded answer: its waypoints when it parsed, else the reason it did not."""
+
+    text: str
+    seed: int
+    waypoints_ego: np.ndarray | None  # (8, 2) metres, x forward, y left, 0.5 s apart
+    parse_error: str = ""
+
+
+@dataclass(frozen=True)
+class PlanOutput:
+    candidates: tuple[PlannedCandidate, ...]
+    decode: DecodeResult
+    config: DecodeConfig
+
+
+class Planner:
+    """A loaded model plus decode settings; ``plan`` turns driving inputs into candidate trajectories.
+
+    Args:
+        loaded: model and tokenizer (``load_checkpoint`` or ``Planner.from_preset``).
+        config: decode settings; ``config.candidates`` answers are decoded in one batch.
+        max_pixels: pixel budget of the image resize (reference: 2,073,600).
+    """
+
+    def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int = MAX_PIXELS) -> None:
+        self.loaded, self.config, self.max_pixels = loaded, config, max_pixels
+        self.name = Path(loaded.source).name or loaded.source
+        # The grammar's token automaton is built once per tokenizer and bound (about a second on a CPU).
+        self._grammar = planning_grammar(loaded.tokenizer, config) if config.grammar else None
+
+    @classmethod
+    def from_settings(
+        cls,
+        config: DecodeConfig,
+        *,
+        checkpoint: str | Path | None = None,
+        preset: str = "tiny",
+        device: str = "cpu",
+        dtype: str = "fp32",
+        max_pixels: int = MAX_PIXELS,
+    ) -> Planner:
+        """Load a checkpoint folder, or build a random-weight preset when ``checkpoint`` is empty.
+
+        Raises:
+            CheckpointError: the checkpoint folder is missing, incomplete or corrupt.
+        """
+        if checkpoint:
+            loaded = load_checkpoint(checkpoint, dtype=dtype, device=device)
+        else:
+            model = build_model(preset, dtype=dtype, device=device)
+            loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{preset}")
+        return cls(loaded, config, max_pixels)
+
+    @property
+    def bound_m(self) -> float:
+        """Largest |coordinate| a plan may have: 8 steps of ``max_step_m``."""
+        return NUM_WAYPOINTS * self.config.max_step_m
+
+    def with_config(self, **changes) -> Planner:
+        """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
+        planner = Planner.__new__(Planner)
+        planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
+        planner.config = replace(self.config, **changes)
+        same_grammar = planner.config.grammar and planner.config.max_step_m == self.config.max_step_m
+        if same_grammar and self._grammar is not None:
+            planner._grammar = self._grammar
+        else:
+            planner._grammar = (
+                planning_grammar(self.loaded.tokenizer, planner.config) if planner.config.grammar else None
+            )
+        return planner
+
+    @torch.inference_mode()
+    def plan(self, inputs: DrivingInputs) -> PlanOutput:
+        """Decode ``config.candidates`` planning answers for one frame.
+
+        Raises:
+            InputError: unusable image, unknown command or non-finite state (from the prompt builder).
+        """
+        prompt = build_planning_prompt(
+            self.loaded.tokenizer,
+            inputs.image_rgb,
+            inputs.command,
+            inputs.velocity_mps,
+            inputs.acceleration_mps2,
+            max_pixels=self.max_pixels,
+        )
+        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, self.config, self._grammar)
+        return PlanOutput(tuple(self._parse(c.text, c.seed) for c in result.candidates), result, self.config)
+
+    def _parse(self, text: str, seed: int) -> PlannedCandidate:
+        try:
+            return PlannedCandidate(text, seed, parse_waypoints(text, max_abs_m=self.bound_m))
+        except ParseError as error:
+            return PlannedCandidate(text, seed, None, str(error))
