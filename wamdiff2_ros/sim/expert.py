@@ -6,6 +6,7 @@ module reads a recorded log and a rendered frame; it never steps the simulator (
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from wamdiff2_ros.geometry import map_to_ego, wrap_angle
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
 from wamdiff2_ros.sim.render import Frame
-from wamdiff2_ros.sim.scenes import SIM_HZ, LaneGeometry, Scene, Snapshot
+from wamdiff2_ros.sim.scenes import SIM_HZ, LaneGeometry, Scene, Snapshot, to_map_xy
 
 TICKS_PER_WAYPOINT = round(WAYPOINT_DT_S * SIM_HZ)
 HORIZON_TICKS = NUM_WAYPOINTS * TICKS_PER_WAYPOINT
@@ -219,3 +220,47 @@ def ground_truth(log: list[Snapshot], index: int, scene: Scene, frame: Frame) ->
         labels=("car",) * len(boxes),
         qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
     )
+
+
+def _remaining_route(route: list | None, lane_index: tuple) -> list | None:
+    """The part of ``route`` from the road the vehicle is on; the whole route when that road is not on it."""
+    if not route:
+        return None
+    roads = [step[:2] for step in route]
+    return list(route[roads.index(lane_index[:2]) :]) if lane_index[:2] in roads else list(route)
+
+
+def expert_plan(scene: Scene) -> np.ndarray:
+    """The privileged expert's next 8 waypoints (8, 2) in the ego frame, from a rollout on a copy of the road.
+
+    The ego's seat in the copy goes to the scene's IDM/MOBIL expert (same route and desired speed), and
+    the copy is stepped for 4 s: the plan is what the data-generating expert would do from here. The live
+    scene is not touched.
+    """
+    from highway_env.vehicle.behavior import IDMVehicle
+
+    # The lane network is immutable: share it instead of copying it. All traffic is copied: MOBIL weighs
+    # vehicles far behind in the next lane, so dropping any would change the expert's decisions.
+    road = copy.deepcopy(scene.road, memo={id(scene.road.network): scene.road.network})
+    index = scene.road.vehicles.index(scene.ego)
+    seat = road.vehicles[index]
+    expert = IDMVehicle(
+        road,
+        seat.position,
+        seat.heading,
+        seat.speed,
+        target_lane_index=seat.lane_index,
+        target_speed=scene.expert_target_speed_mps,
+        route=_remaining_route(scene.expert_route, seat.lane_index),
+        timer=getattr(seat, "timer", None),  # MOBIL's lane-change clock, when the seat has one
+    )
+    road.vehicles[index] = expert
+    start = to_map_xy(expert.position)
+    yaw_rad = -float(expert.heading)
+    positions = []
+    for tick in range(1, HORIZON_TICKS + 1):
+        road.act()
+        road.step(1.0 / SIM_HZ)
+        if tick % TICKS_PER_WAYPOINT == 0:
+            positions.append(to_map_xy(expert.position))
+    return map_to_ego(np.array(positions), start, yaw_rad)

@@ -85,14 +85,15 @@ class LaneGeometry:
         return self.centre_map + half * left_normal, self.centre_map - half * left_normal
 
 
-def _to_map_xy(position_hw: np.ndarray) -> np.ndarray:
+def to_map_xy(position_hw: np.ndarray) -> np.ndarray:
+    """A highway-env position (y down) in the right-handed map frame."""
     return np.array([position_hw[0], -position_hw[1]], dtype=np.float64)
 
 
 def _lane_geometry(lane, step_m: float = 2.0) -> LaneGeometry:
     n = max(2, int(np.ceil(lane.length / step_m)) + 1)
     s_m = np.linspace(0.0, lane.length, n)
-    centre = np.array([_to_map_xy(lane.position(s, 0.0)) for s in s_m])
+    centre = np.array([to_map_xy(lane.position(s, 0.0)) for s in s_m])
     # highway-env's lateral axis points right of the driving direction, so line_types[0] is the left line.
     return LaneGeometry(
         centre, float(lane.width_at(0.0)), LINE_NAMES[lane.line_types[0]], LINE_NAMES[lane.line_types[1]]
@@ -123,9 +124,10 @@ class Scene:
     lanes: tuple[LaneGeometry, ...] = ()
     _last_speed_mps: float = 0.0
     _last_yaw_rad: float = 0.0
-    _agent_ids: dict = field(
-        default_factory=dict
-    )  # id(vehicle) -> stable agent id; the vehicle is kept alive
+    # id(vehicle) -> (stable agent id, vehicle); holding the vehicle keeps its id() from being reused
+    _agent_ids: dict = field(default_factory=dict)
+    expert_route: list | None = None  # the IDM expert's route and desired speed, kept for expert re-plans
+    expert_target_speed_mps: float = 0.0
 
     def agent_id(self, vehicle) -> int:
         """A stable id for ``vehicle`` (0 is the ego) that survives removal of other vehicles."""
@@ -138,6 +140,8 @@ class Scene:
 
     def __post_init__(self) -> None:
         self.lanes = tuple(_lane_geometry(lane) for lane in self.road.network.lanes_list())
+        self.expert_route = list(self.ego.route) if self.ego.route else None
+        self.expert_target_speed_mps = float(self.ego.target_speed)
         self._last_speed_mps, self._last_yaw_rad = float(self.ego.speed), -float(self.ego.heading)
         for vehicle in self._others():
             self.agent_id(vehicle)
@@ -182,7 +186,7 @@ class Scene:
 
 
 def _agent_state(vehicle, agent_id: int) -> AgentState:
-    xy = _to_map_xy(vehicle.position)
+    xy = to_map_xy(vehicle.position)
     return AgentState(
         agent_id,
         float(xy[0]),
