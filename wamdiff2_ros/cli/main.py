@@ -16,6 +16,7 @@ from wamdiff2_ros import __version__
 # Order is the order of ``wamdiff2 --help``.
 VERB_MODULES = (
     "wamdiff2_ros.cli.info",
+    "wamdiff2_ros.cli.plan",
 )
 
 
