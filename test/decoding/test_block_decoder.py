@@ -139,3 +139,12 @@ def test_mask_token_is_never_emitted(tiny_model, tokenizer, planning_prompt, blo
         max_new_tokens=32,
     )
     assert MASK_ID not in result.token_ids
+
+
+def test_bf16_model_decodes_a_parsing_plan(tokenizer, planning_prompt, grammar):
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.parse import parse_waypoints
+
+    model = build_model("tiny", seed=0, dtype="bf16")
+    result = _decode(model, tokenizer, planning_prompt, grammar, block_size=32, grammar=True)
+    assert parse_waypoints(result.text).shape == (8, 2)
