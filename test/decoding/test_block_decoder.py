@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode
 from wamdiff2_ros.decoding.result import finish_result
+from wamdiff2_ros.model.forward import block_causal_hidden
 from wamdiff2_ros.model.tokenizer import EOS_ID, MASK_ID
 
 RULES = ["low_confidence_dynamic", "low_confidence_static", "sequential"]
@@ -126,11 +129,40 @@ def test_same_seed_gives_the_same_sampled_answer(tiny_model, tokenizer, planning
     assert runs[0].token_ids == runs[1].token_ids
 
 
+@pytest.fixture(scope="module")
+def mask_loving_model(tiny_model, planning_prompt):
+    """The tiny model with an untied head whose mask-token row points along the answer's hidden states.
+
+    Greedy decoding then prefers the mask id almost everywhere: the worst case for suppression.
+    """
+    model = copy.deepcopy(tiny_model)
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    hidden = block_causal_hidden(model, planning_prompt, torch.full((1, 16), MASK_ID), 8)
+    direction = hidden.mean(dim=(0, 1))
+    with torch.no_grad():
+        model.lm_head.weight[MASK_ID] = 50.0 * direction / direction.norm() ** 2
+    return model
+
+
+def test_unsuppressed_decoding_emits_the_mask_token_like_the_reference(
+    mask_loving_model, tokenizer, planning_prompt
+):
+    result = _decode(
+        mask_loving_model,
+        tokenizer,
+        planning_prompt,
+        block_size=8,
+        max_new_tokens=16,
+        suppress_mask_token=False,
+    )
+    assert MASK_ID in result.token_ids
+
+
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("block_size", [1, 4, 8, 16, 32], ids=lambda b: f"B{b}")
-def test_mask_token_is_never_emitted(tiny_model, tokenizer, planning_prompt, block_size, rule):
+def test_mask_token_is_never_emitted(mask_loving_model, tokenizer, planning_prompt, block_size, rule):
     result = _decode(
-        tiny_model,
+        mask_loving_model,
         tokenizer,
         planning_prompt,
         block_size=block_size,
@@ -138,6 +170,7 @@ def test_mask_token_is_never_emitted(tiny_model, tokenizer, planning_prompt, blo
         steps=4,
         max_new_tokens=32,
     )
+    assert len(result.token_ids) == 32
     assert MASK_ID not in result.token_ids
 
 
