@@ -17,6 +17,7 @@ from wamdiff2_ros import __version__
 VERB_MODULES = (
     "wamdiff2_ros.cli.info",
     "wamdiff2_ros.cli.plan",
+    "wamdiff2_ros.cli.train",
 )
 
 

@@ -1,0 +1,187 @@
+"""Each stage runs a few steps on the tiny preset: the loss falls on a fixed batch, checkpoints load into the
+decoders, and an interrupted run resumes to the same weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from wamdiff2_ros.cli.main import main as cli_main
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.checkpoint import load_checkpoint
+from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.training.collate import DiffusionCollator, model_rope_index
+from wamdiff2_ros.training.config import load_config
+from wamdiff2_ros.training.forward import MaskedLogits, masked_targets
+from wamdiff2_ros.training.loop import train
+from wamdiff2_ros.training.losses import symmetric_jsd, weighted_masked_ce
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+pytestmark = pytest.mark.slow
+
+
+def overrides(dataset_dir: Path, out_dir: Path, *extra: str) -> list[str]:
+    """Small-run overrides of a shipped tiny config: 4 records, one micro-batch of 4 per step."""
+    return [
+        f"out_dir={out_dir}",
+        f"data={{planning: {dataset_dir / 'planning.json'}, qa: {dataset_dir / 'qa.json'}}}",
+        "eval_data={}",
+        "task_weights={}",
+        "global_batch_size=4",
+        "local_batch_size=4",
+        "min_pixels=3136",
+        "max_pixels=3136",
+        "progress=false",
+        "warmup_steps_max=0",
+        *extra,
+    ]
+
+
+def fixed_batch(
+    model, examples, block_size: int, schedule: str = "stratified", teacher_block: int | None = None
+):
+    collator = DiffusionCollator(
+        model_rope_index(model), block_size, schedule=schedule, teacher_block_size=teacher_block
+    )
+    return collator(examples, torch.Generator().manual_seed(1234))
+
+
+@torch.no_grad()
+def ce_loss(model, batch) -> float:
+    labels, noise, rows = masked_targets(batch)
+    logits = MaskedLogits(model.eval())(batch)
+    return float(
+        weighted_masked_ce(logits, labels, noise, rows, batch.response_lens, len(batch.response_lens))
+    )
+
+
+@pytest.fixture(scope="module")
+def sft_run(dataset_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    argv = ["train", "sft", "--config", str(CONFIG_DIR / "train_sft_tiny.yaml")]
+    assert cli_main(argv + overrides(dataset_dir, out, "max_steps=8", "ckpt_every_steps=4")) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapt_run(dataset_dir, sft_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("adapt")
+    extra = [
+        f"model={sft_run / 'B1' / 'final'}",
+        "block_sizes=[4,32]",
+        "max_steps=5",
+        f"eval_data={{planning: {dataset_dir / 'planning.json'}}}",
+        "eval_samples=1",
+        "max_new_tokens=96",
+    ]
+    config = load_config(CONFIG_DIR / "train_adapt_tiny.yaml", overrides(dataset_dir, out, *extra))
+    return out, train(config)
+
+
+def test_sft_writes_checkpoints_metrics_and_loss_plot(sft_run):
+    final = sft_run / "B1" / "final"
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "train_config.yaml",
+        "trainer_state.json",
+    ):
+        assert (final / name).is_file(), name
+    assert json.loads((final / "trainer_state.json").read_text())["step"] == 8
+    assert (sft_run / "B1" / "step_0000004" / "training_state" / "optimizer.safetensors").is_file()
+    assert (sft_run / "loss.png").stat().st_size > 0
+    rows = [json.loads(line) for line in (sft_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_sft_loss_falls_on_a_fixed_batch_and_the_teacher_decodes_at_block_size_1(sft_run, examples):
+    trained = load_checkpoint(sft_run / "B1" / "final").model
+    batch = fixed_batch(trained, examples, 1, schedule="full")
+    before, after = ce_loss(build_model("tiny", seed=0), batch), ce_loss(trained, batch)
+    assert after < before - 0.5, (before, after)
+    result = decode(
+        trained,
+        load_checkpoint(sft_run / "B1" / "final").tokenizer,
+        examples[0].prompt,
+        DecodeConfig(block_size=1, steps=1, max_new_tokens=8),
+    )
+    assert result.forwards >= len(result.token_ids)  # B = 1: at least one forward per token
+
+
+def test_adapt_trains_each_block_size_from_the_previous_and_loss_falls(adapt_run, sft_run, examples):
+    out, summary = adapt_run
+    assert [p["phase"] for p in summary["phases"]] == ["B4", "B32"]
+    assert json.loads((out / "B32" / "final" / "trainer_state.json").read_text())["block_size"] == 32
+    student = load_checkpoint(out / "B32" / "final").model
+    batch = fixed_batch(student, examples, 32)
+    before = ce_loss(load_checkpoint(sft_run / "B1" / "final").model, batch)
+    assert ce_loss(student, batch) < before, before
+    planning = summary["phases"][-1]["eval"]["planning"]
+    assert planning["samples"] == 1 and planning["parsed"] == 1.0 and planning["ade_m"] >= 0.0
+
+
+def test_adapted_checkpoint_decodes_with_block_size_32(adapt_run, examples):
+    out, _ = adapt_run
+    loaded = load_checkpoint(out / "B32" / "final")
+    config = DecodeConfig(block_size=32, steps=32, grammar=True, max_new_tokens=96)
+    result = decode(loaded.model, loaded.tokenizer, examples[0].prompt, config)
+    assert parse_waypoints(result.text).shape == (8, 2)
+    assert result.steps_per_block and max(result.steps_per_block) <= 32
+
+
+def test_distill_lowers_the_jsd_to_the_teacher(dataset_dir, sft_run, adapt_run, examples, tmp_path):
+    out_adapt, _ = adapt_run
+    teacher_dir, student_dir = out_adapt / "B4" / "final", sft_run / "B1" / "final"
+    extra = [
+        f"model={student_dir}",
+        f"teacher={teacher_dir}",
+        "block_sizes=[8]",
+        "max_steps=6",
+        "lr=1e-3",
+        "on_policy=true",
+        "generate_interval=3",
+        "generate_steps=2",
+        "max_new_tokens=16",
+    ]
+    config = load_config(CONFIG_DIR / "train_distill_tiny.yaml", overrides(dataset_dir, tmp_path, *extra))
+    train(config)
+    teacher = MaskedLogits(load_checkpoint(teacher_dir).model.eval())
+    batch = fixed_batch(teacher.model, examples, 8, teacher_block=4)
+    _, _, rows = masked_targets(batch)
+
+    @torch.no_grad()
+    def jsd(model) -> float:
+        student = MaskedLogits(model.eval())(batch)
+        return float(symmetric_jsd(student, teacher(batch, teacher_mask=True), rows, batch.response_lens, 3))
+
+    before, after = (
+        jsd(load_checkpoint(student_dir).model),
+        jsd(load_checkpoint(tmp_path / "B8" / "final").model),
+    )
+    assert after < before, (before, after)
+    rows_logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(0.0 <= r["top_k_overlap"] <= 1.0 and r["jsd"] >= 0.0 for r in rows_logged)
+
+
+def test_interrupted_run_resumes_to_the_same_weights(dataset_dir, tmp_path):
+    config = load_config(
+        CONFIG_DIR / "train_sft_tiny.yaml",
+        overrides(dataset_dir, tmp_path, "max_steps=4", "ckpt_every_steps=2"),
+    )
+    train(config)
+    final = tmp_path / "B1" / "final"
+    uninterrupted = load_checkpoint(final).model.state_dict()
+    shutil.rmtree(final)  # as if the run had stopped after the step-2 checkpoint
+    assert sorted(p.name for p in (tmp_path / "B1").iterdir()) == ["step_0000002"]
+    train(config)
+    resumed = load_checkpoint(final).model.state_dict()
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)

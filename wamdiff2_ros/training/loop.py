@@ -1,0 +1,382 @@
+"""The one training loop: single process on the CPU or one process per GPU under ``torchrun`` (DDP).
+
+It owns the optimizer, the learning-rate schedule, gradient accumulation, resumable checkpoints, JSONL
+metrics, the loss-curve PNG, the progress bar and end-of-phase evaluation. What is trained and with which loss
+is ``stages.py``'s; batches are ``collate.py``'s. FSDP2 is not wired: DDP keeps a full model per GPU, which
+fits the 2b preset on an H200 (see docs/DECISIONS.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
+
+from wamdiff2_ros.model.checkpoint import load_checkpoint
+from wamdiff2_ros.model.tokenizer import load_tokenizer
+from wamdiff2_ros.training import checkpoints
+from wamdiff2_ros.training.collate import model_rope_index
+from wamdiff2_ros.training.config import TrainConfig, dump_config
+from wamdiff2_ros.training.data import Record, RecordDataset, epoch_order, load_task_records
+from wamdiff2_ros.training.evaluate import evaluate_records
+from wamdiff2_ros.training.forward import MaskedLogits
+from wamdiff2_ros.training.report import append_metrics, plot_loss
+from wamdiff2_ros.training.stages import (
+    Phase,
+    diffusion_loss,
+    distill_loss,
+    load_model,
+    make_collator,
+    phases,
+    regenerate,
+)
+from wamdiff2_ros.training.throughput import mfu, train_step_flops
+
+FINAL = "final"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this process runs: rank, world size and device."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, which writes files and shows progress."""
+        return self.rank == 0
+
+
+def init_runtime(device: str) -> Runtime:
+    """Join the process group when started by torchrun (WORLD_SIZE > 1), else run alone.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``auto``.
+
+    Returns:
+        The runtime; under torchrun each rank takes GPU ``LOCAL_RANK`` (NCCL) or the CPU (gloo).
+    """
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    return Runtime(rank, world_size, torch.device("cuda", local_rank) if use_cuda else torch.device("cpu"))
+
+
+def lr_scale(step: int, total_steps: int, warmup_steps: int) -> float:
+    """LR multiplier: linear warmup from 0.1 to 1, then cosine to 0.01 (reference finetune.py:600-640)."""
+    if step < warmup_steps:
+        return 0.1 + 0.9 * step / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: Qwen3VLForConditionalGeneration, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with the reference's three learning rates: language model, vision merger, vision blocks.
+
+    Weight decay applies to matrices only (norm gains and biases are not decayed).
+    """
+    groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if ".visual." in f".{name}":
+            lr = config.merger_lr if "merger" in name else config.visual_lr
+        else:
+            lr = config.lr
+        decay = config.weight_decay if param.ndim >= 2 else 0.0
+        groups.setdefault((lr, decay), []).append(param)
+    param_groups = [
+        {"params": params, "lr": lr, "base_lr": lr, "weight_decay": decay}
+        for (lr, decay), params in groups.items()
+    ]
+    return torch.optim.AdamW(param_groups, betas=(config.adam_beta1, config.adam_beta2))
+
+
+class BatchStream:
+    """Record indices of every micro-batch of a phase: epochs of the task mix, split across ranks.
+
+    Micro-batch m on rank r reads positions ``(m * world + r) * local`` onward of the endless sequence of
+    epoch orders, so a resumed run reads exactly what the interrupted one would have read.
+    """
+
+    def __init__(self, records: list[Record], config: TrainConfig, phase: Phase, runtime: Runtime) -> None:
+        self.records = records
+        self.weights = config.task_weights
+        self.seed = config.seed + 7919 * phase.index  # each phase its own order
+        self.local = config.local_batch_size
+        self.runtime = runtime
+        self.epoch_len = len(epoch_order(records, self.weights, self.seed, 0))
+        self._orders: dict[int, list[int]] = {}
+
+    def _at(self, position: int) -> int:
+        epoch, offset = divmod(position, self.epoch_len)
+        if epoch not in self._orders:
+            self._orders = {epoch: epoch_order(self.records, self.weights, self.seed, epoch)}
+        return self._orders[epoch][offset]
+
+    def micro_batch(self, micro_index: int) -> list[int]:
+        """Record indices of global micro-batch ``micro_index`` for this rank."""
+        start = (micro_index * self.runtime.world_size + self.runtime.rank) * self.local
+        return [self._at(p) for p in range(start, start + self.local)]
+
+
+def phase_steps(config: TrainConfig, epoch_len: int) -> int:
+    """Optimizer steps of a phase: ``max_steps``, else ``epochs`` passes over the task mix."""
+    return config.max_steps or max(1, math.ceil(config.epochs * epoch_len / config.global_batch_size))
+
+
+def _mean_over_ranks(values: dict[str, float], runtime: Runtime) -> dict[str, float]:
+    if runtime.world_size == 1:
+        return values
+    tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=runtime.device)
+    dist.all_reduce(tensor)
+    return dict(zip(values, (tensor / runtime.world_size).tolist(), strict=True))
+
+
+def _sum_over_ranks(value: float, runtime: Runtime) -> float:
+    if runtime.world_size == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=runtime.device)
+    dist.all_reduce(tensor)
+    return float(tensor[0])
+
+
+class PhaseTrainer:
+    """Trains one phase (block size) of a stage from a model to a final checkpoint."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        phase: Phase,
+        runtime: Runtime,
+        model: Qwen3VLForConditionalGeneration,
+        tokenizer: PreTrainedTokenizerBase,
+        records: list[Record],
+        teacher: MaskedLogits | None,
+    ) -> None:
+        self.config, self.phase, self.runtime = config, phase, runtime
+        self.model, self.tokenizer, self.teacher = model, tokenizer, teacher
+        self.dir = Path(config.out_dir) / phase.name
+        self.metrics_path = Path(config.out_dir) / "metrics.jsonl"
+        self.dataset = RecordDataset(
+            records, tokenizer, min_pixels=config.min_pixels, max_pixels=config.max_pixels
+        )
+        self.stream = BatchStream(records, config, phase, runtime)
+        self.collator = make_collator(config, phase, model_rope_index(model))
+        self.total_steps = phase_steps(config, self.stream.epoch_len)
+        per_step = config.local_batch_size * runtime.world_size
+        if config.global_batch_size % per_step:
+            raise ValueError(
+                f"global_batch_size {config.global_batch_size} is not a multiple of local_batch_size x world "
+                f"size ({per_step})"
+            )
+        self.accumulation = config.global_batch_size // per_step
+        self.warmup = min(config.warmup_steps_max, int(config.warmup_fraction * self.total_steps))
+        self.optimizer = make_optimizer(model, config)
+        student: torch.nn.Module = MaskedLogits(model)
+        if runtime.world_size > 1:
+            device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+            student = torch.nn.parallel.DistributedDataParallel(student, device_ids=device_ids)
+        self.student = student
+
+    def _resume(self) -> int:
+        latest = checkpoints.latest_step_folder(self.dir)
+        if latest is None:
+            return 0
+        loaded = load_checkpoint(latest, dtype=self.config.dtype, device="cpu").model
+        self.model.load_state_dict(loaded.state_dict())
+        checkpoints.load_optimizer_state(latest, self.optimizer)
+        return int(checkpoints.read_state(latest)["step"])
+
+    def _micro_step(self, step: int, micro: int) -> tuple[dict, int, int, int]:
+        """Forward and backward of one micro-batch; returns (metrics, tokens, head positions, patches)."""
+        examples = [self.dataset[i] for i in self.stream.micro_batch(step * self.accumulation + micro)]
+        if self.config.on_policy and step % self.config.generate_interval == 0:
+            examples = regenerate(self.model, self.tokenizer, examples, self.config, self.phase.block_size)
+        seed = hash((self.config.seed, self.phase.index, step, micro, self.runtime.rank)) % (2**63)
+        batch = self.collator(examples, torch.Generator().manual_seed(seed))
+        batch = batch.to(self.runtime.device, self.model.dtype)
+        samples = self.config.local_batch_size * self.accumulation
+        last = micro == self.accumulation - 1
+        sync = contextlib.nullcontext() if last or self.runtime.world_size == 1 else self.student.no_sync()
+        with sync:
+            if self.teacher is None:
+                out = diffusion_loss(self.student, batch, samples)
+            else:
+                out = distill_loss(self.student, self.teacher, batch, samples, self.config)
+            out["loss"].backward()
+        patches = 0 if batch.pixel_values is None else int(batch.pixel_values.shape[0])
+        metrics = {k: v for k, v in out.items() if k != "loss"}
+        metrics["loss"] = float(out["loss"].detach())
+        return metrics, batch.num_tokens, int(batch.loss_mask.sum()), patches
+
+    def _step(self, step: int) -> dict:
+        scale = lr_scale(step, self.total_steps, self.warmup)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * scale
+        started = time.perf_counter()
+        sums: dict[str, float] = {}
+        tokens = head_positions = patches = 0
+        for micro in range(self.accumulation):
+            metrics, n_tokens, n_head, n_patches = self._micro_step(step, micro)
+            for key, value in metrics.items():
+                # loss and ce are already divided by the step's samples: sum them; average the rest
+                sums[key] = sums.get(key, 0.0) + (
+                    value if key in ("loss", "ce", "jsd") else value / self.accumulation
+                )
+            tokens, head_positions, patches = tokens + n_tokens, head_positions + n_head, patches + n_patches
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.runtime.device.type == "cuda":
+            torch.cuda.synchronize(self.runtime.device)
+        seconds = time.perf_counter() - started
+        row = _mean_over_ranks(sums, self.runtime)
+        all_tokens = _sum_over_ranks(tokens, self.runtime)
+        # Sequence lengths are approximated by the micro-batch means for the attention term.
+        mean_len = tokens / (self.accumulation * self.config.local_batch_size)
+        flops = train_step_flops(
+            self.model.config,
+            [int(mean_len)] * (self.accumulation * self.config.local_batch_size),
+            head_positions,
+            patches,
+        )
+        device_name = (
+            torch.cuda.get_device_name(self.runtime.device) if self.runtime.device.type == "cuda" else "cpu"
+        )
+        row |= {
+            "kind": "train",
+            "phase": self.phase.name,
+            "block_size": self.phase.block_size,
+            "step": step + 1,
+            "lr": self.config.lr * scale,
+            "grad_norm": float(grad_norm),
+            "tokens": int(all_tokens),
+            "step_s": seconds,
+            "tokens_per_s": all_tokens / seconds,
+            "mfu": mfu(flops, seconds, device_name),
+        }
+        return row
+
+    def _save(self, step: int, final: bool) -> None:
+        folder = self.dir / FINAL if final else checkpoints.step_folder(self.dir, step)
+        state = {"stage": self.config.stage, "phase": self.phase.name, "block_size": self.phase.block_size}
+        state |= {"step": step, "total_steps": self.total_steps}
+        optimizer = None if final else self.optimizer
+        checkpoints.save_training_checkpoint(
+            folder, self.model, self.tokenizer, self.config, state, optimizer
+        )
+        if not final:
+            checkpoints.prune_step_folders(self.dir, self.config.keep_checkpoints)
+
+    def run(self) -> Path:
+        """Train the phase (resuming from its newest checkpoint) and write its final checkpoint.
+
+        Returns:
+            The final checkpoint folder.
+        """
+        from tqdm import tqdm
+
+        start = self._resume()
+        self.model.train()
+        if self.config.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        bar = tqdm(
+            total=self.total_steps,
+            initial=start,
+            desc=f"{self.config.stage} {self.phase.name}",
+            disable=not (self.config.progress and self.runtime.is_main),
+        )
+        for step in range(start, self.total_steps):
+            row = self._step(step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            if self.runtime.is_main:
+                append_metrics(self.metrics_path, row)
+                if (step + 1) % self.config.ckpt_every_steps == 0 and step + 1 < self.total_steps:
+                    self._save(step + 1, final=False)
+        bar.close()
+        if self.config.gradient_checkpointing:
+            self.model.gradient_checkpointing_disable()
+        self.model.eval()
+        final = self.dir / FINAL
+        if self.runtime.is_main:
+            self._save(self.total_steps, final=True)
+            plot_loss(self.metrics_path, Path(self.config.out_dir) / "loss.png")
+        if self.runtime.world_size > 1:
+            dist.barrier()
+        return final
+
+
+def _evaluate(config: TrainConfig, phase: Phase, model: Qwen3VLForConditionalGeneration, tokenizer) -> dict:
+    records = load_task_records(config.eval_data)
+    if config.eval_samples:
+        by_task: dict[str, list[Record]] = {}
+        for record in records:
+            by_task.setdefault(record.task, []).append(record)
+        records = [r for rows in by_task.values() for r in rows[: config.eval_samples]]
+    return evaluate_records(
+        model,
+        tokenizer,
+        records,
+        phase.block_size,
+        max_new_tokens=config.max_new_tokens,
+        min_pixels=config.min_pixels,
+        max_pixels=config.max_pixels,
+    )
+
+
+def train(config: TrainConfig) -> dict:
+    """Run a stage: every phase in order, each resumed or skipped when already finished.
+
+    Args:
+        config: the stage config.
+
+    Returns:
+        ``{"out_dir", "phases": [{"phase", "checkpoint", "eval"?}]}``.
+    """
+    runtime = init_runtime(config.device)
+    out_dir = Path(config.out_dir)
+    if runtime.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, out_dir / "train_config.yaml")
+    tokenizer = load_tokenizer(config.model if Path(config.model).is_dir() else None)
+    records = load_task_records(config.data)
+    model, _ = load_model(config.model, dtype=config.dtype, device=runtime.device, seed=config.seed)
+    teacher = None
+    if config.stage == "distill":
+        teacher_model, _ = load_model(
+            config.teacher, dtype=config.dtype, device=runtime.device, seed=config.seed + 1
+        )
+        teacher = MaskedLogits(teacher_model.requires_grad_(False).eval())
+    summary: dict = {"out_dir": str(out_dir), "phases": []}
+    for phase in phases(config):
+        final = out_dir / phase.name / FINAL
+        if (final / checkpoints.STATE).is_file():
+            model = load_checkpoint(final, dtype=config.dtype, device=runtime.device).model
+        else:
+            final = PhaseTrainer(config, phase, runtime, model, tokenizer, records, teacher).run()
+        entry: dict = {"phase": phase.name, "checkpoint": str(final)}
+        if config.eval_data and runtime.is_main:
+            entry["eval"] = _evaluate(config, phase, model, tokenizer)
+            for task, metrics in entry["eval"].items():
+                row = {"kind": "eval", "phase": phase.name, "step": task, "task": task, **metrics}
+                append_metrics(out_dir / "metrics.jsonl", row)
+        summary["phases"].append(entry)
+    if runtime.world_size > 1:
+        dist.barrier()
+    return summary
