@@ -33,11 +33,11 @@ def test_l2_refuses_wrong_shapes():
         metrics.l2_per_waypoint(np.zeros((2, 8, 2)), np.zeros((8, 2)))
 
 
-def test_headings_follow_the_path_and_hold_when_standing():
-    waypoints = np.array([[1, 0], [2, 0], [2, 1], [2, 1], [1, 1], [1, 1], [1, 1], [1, 1]], dtype=float)
-    np.testing.assert_allclose(
-        metrics.headings_from_waypoints(waypoints), [0, 0, np.pi / 2, np.pi / 2] + [np.pi] * 4
-    )
+def test_headings_follow_the_path_and_hold_when_standing_or_reversing():
+    waypoints = np.array([[1, 0], [2, 0], [2, 1], [2, 1], [2, 0.3], [2, 0.3], [2, 2], [2, 2.1]], dtype=float)
+    #                      forward   forward  left   stand   reverse   stand    forward  creep
+    np.testing.assert_allclose(metrics.headings_from_waypoints(waypoints), [0, 0] + [np.pi / 2] * 6)
+    assert metrics.headings_from_waypoints(np.zeros((8, 2)), initial_heading_rad=0.3)[-1] == 0.3
 
 
 @pytest.mark.parametrize(

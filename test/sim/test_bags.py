@@ -85,7 +85,7 @@ def test_image_camera_info_odometry_imu_and_command_contents(drive):
     assert 2 * np.arctan2(odom.pose.pose.orientation.z, odom.pose.pose.orientation.w) == pytest.approx(
         ego.yaw_rad
     )
-    assert odom.twist.twist.linear.x == pytest.approx(ego.speed_mps)
+    assert np.hypot(odom.twist.twist.linear.x, odom.twist.twist.linear.y) == pytest.approx(ego.speed_mps)
     _, imu = _topic(messages, topics.imu)[3]
     assert imu.linear_acceleration.z == pytest.approx(9.81) and imu.header.frame_id == "ego_vehicle/imu"
     codes = {"left": 1, "straight": 2, "right": 3}

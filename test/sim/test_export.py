@@ -7,6 +7,7 @@ import pytest
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
 from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
@@ -32,14 +33,15 @@ def test_planning_record_has_the_reference_shape_and_prompt():
     human, gpt = rec["conversations"]
     assert human == {"from": "human", "value": planning_user_text("left", [4.66, -0.09], [0.17, -1.53])}
     assert "The current velocity is: (4.66,-0.09) and current accelerate is: (0.17,-1.53)" in human["value"]
-    numbers = np.array([float(v) for v in gpt["value"].split(",")]).reshape(8, 2)
-    np.testing.assert_allclose(numbers, TRUTH.waypoints_ego, atol=0.005)
+    np.testing.assert_allclose(parse_waypoints(gpt["value"]), TRUTH.waypoints_ego, atol=0.005)
 
 
-def test_detection_answer_parses_back_to_pixel_boxes():
-    answer = export.detection_record("s1", "i.png", TRUTH)["conversations"][1]["value"]
-    assert json.loads(answer) == [{"bbox_2d": [10, 21, 30, 40], "label": "car"}]
-    assert export.format_detections(np.zeros((0, 4)), ()) == "[]"
+def test_detection_answer_parses_back_with_the_model_parser():
+    answer = export.detection_record("s1", "i.png", TRUTH, (200, 100))["conversations"][1]["value"]
+    assert json.loads(answer) == [{"bbox_2d": [52, 206, 150, 400], "label": "car"}]  # 0..1000 of 200x100
+    boxes_px = boxes_to_source_px(parse_detections(answer), (200, 100))
+    np.testing.assert_allclose(boxes_px, TRUTH.boxes_px, atol=0.2)  # within the 1/1000 rounding
+    assert export.format_detections(np.zeros((0, 4)), (), (200, 100)) == "[]"
 
 
 def test_qa_records_have_one_exchange_per_fact():

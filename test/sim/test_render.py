@@ -17,7 +17,16 @@ STRAIGHT_LANE = (
 
 def _snapshot(*agents: AgentState) -> Snapshot:
     ego = AgentState(0, 0.0, 0.0, 0.0, 10.0, 5.0, 2.0)
-    return Snapshot(0.0, ego, 0.0, 0.0, agents, False, True)
+    return Snapshot(
+        time_s=0.0,
+        ego=ego,
+        ego_accel_mps2=0.0,
+        ego_yaw_rate_radps=0.0,
+        ego_slip_rad=0.0,
+        agents=agents,
+        ego_crashed=False,
+        ego_on_road=True,
+    )
 
 
 def _pixel(point_ego):

@@ -18,12 +18,14 @@ EGO_LENGTH_M, EGO_WIDTH_M = 5.0, 2.0
 TTC_HORIZONS_S = (0.3, 0.6, 0.9)  # NAVSIM flags a time to collision below 0.9 s
 MIN_PROGRESS_M = 5.0  # below this reference progress, ego progress counts as full (NAVSIM)
 STOPPED_STEP_M = 0.05  # per 0.5 s: the ego is standing still
-# NAVSIM comfort bounds (from nuPlan): longitudinal and lateral acceleration, jerk, yaw rate and acceleration.
+HEADING_STEP_M = 0.5  # per 0.5 s: below 1 m/s a step's direction is noise, so the heading is held
+# NAVSIM comfort bounds (pdm_comfort_metrics.py, from nuPlan): accelerations, jerks, yaw rate, yaw accel.
 COMFORT_LIMITS = {
     "lon_accel_min_mps2": -4.05,
     "lon_accel_max_mps2": 2.40,
     "lat_accel_max_mps2": 4.89,
-    "jerk_max_mps3": 4.13,
+    "jerk_max_mps3": 8.37,  # magnitude of the jerk vector
+    "lon_jerk_max_mps3": 4.13,
     "yaw_rate_max_radps": 0.95,
     "yaw_accel_max_radps2": 1.93,
 }
@@ -61,17 +63,23 @@ def displacement_errors(pred_ego: np.ndarray, truth_ego: np.ndarray) -> dict:
     }
 
 
-def headings_from_waypoints(waypoints_ego: np.ndarray) -> np.ndarray:
-    """Heading (8,) of each waypoint from the segment that reaches it, starting from the origin facing +x.
+def headings_from_waypoints(waypoints_ego: np.ndarray, initial_heading_rad: float = 0.0) -> np.ndarray:
+    """Direction of travel (8,) at each waypoint from the step that reaches it, starting from the origin.
 
-    A segment shorter than 5 cm (standing still) keeps the previous heading.
+    A step shorter than 0.5 m (below 1 m/s) or pointing backwards (reversing) keeps the previous heading;
+    ``initial_heading_rad`` is the heading before the first step (0: along the ego's x axis).
     """
     points = np.concatenate([np.zeros((1, 2)), _check_waypoints(waypoints_ego, "waypoints")])
     steps = np.diff(points, axis=0)
     headings = np.zeros(NUM_WAYPOINTS)
-    previous = 0.0
+    previous = initial_heading_rad
     for k, (dx, dy) in enumerate(steps):
-        previous = float(np.arctan2(dy, dx)) if np.hypot(dx, dy) > STOPPED_STEP_M else previous
+        length_m = np.hypot(dx, dy)
+        reversing = (
+            dx * np.cos(previous) + dy * np.sin(previous) < -0.5 * length_m
+        )  # more than 120 degrees off
+        if length_m > HEADING_STEP_M and not reversing:
+            previous = float(np.arctan2(dy, dx))
         headings[k] = previous
     return headings
 
@@ -248,17 +256,21 @@ def comfort_terms(waypoints_ego: np.ndarray, velocity_ego_mps: np.ndarray) -> di
     t_v = np.concatenate([[0.0], (np.arange(NUM_WAYPOINTS) + 0.5) * WAYPOINT_DT_S])
     accel = np.diff(velocities, axis=0) / np.diff(t_v)[:, None]  # (8, 2) in the ego frame at t = 0
     t_a = (t_v[1:] + t_v[:-1]) / 2
-    headings = headings_from_waypoints(waypoints_ego)  # heading of each step's motion
+    speed_mps = float(np.linalg.norm(velocities[0]))
+    course_rad = float(np.arctan2(velocities[0, 1], velocities[0, 0])) if speed_mps > 1.0 else 0.0
+    headings = headings_from_waypoints(waypoints_ego, course_rad)  # direction of each step's motion
     lon = accel[:, 0] * np.cos(headings) + accel[:, 1] * np.sin(headings)
     lat = -accel[:, 0] * np.sin(headings) + accel[:, 1] * np.cos(headings)
     jerk = np.linalg.norm(np.diff(accel, axis=0), axis=1) / np.diff(t_a)
-    yaw_rate = np.diff(np.unwrap(np.concatenate([[0.0], headings]))) / np.diff(t_v)
+    lon_jerk = np.diff(lon) / np.diff(t_a)
+    yaw_rate = np.diff(np.unwrap(np.concatenate([[course_rad], headings]))) / np.diff(t_v)
     yaw_accel = np.diff(yaw_rate) / np.diff(t_a)
     return {
         "lon_accel_min_mps2": float(lon.min()),
         "lon_accel_max_mps2": float(lon.max()),
         "lat_accel_max_mps2": float(np.abs(lat).max()),
         "jerk_max_mps3": float(jerk.max()),
+        "lon_jerk_max_mps3": float(np.abs(lon_jerk).max()),
         "yaw_rate_max_radps": float(np.abs(yaw_rate).max()),
         "yaw_accel_max_radps2": float(np.abs(yaw_accel).max()),
     }

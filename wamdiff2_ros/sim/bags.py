@@ -141,9 +141,10 @@ def _odometry_msg(typestore, snapshot: Snapshot, header, child_frame: str):
         position=t["geometry_msgs/msg/Point"](x=ego.x_m, y=ego.y_m, z=0.0),
         orientation=_quaternion_yaw(typestore, ego.yaw_rad),
     )
-    # Twist is in the child (ego) frame, as nav_msgs/Odometry specifies.
+    # Twist is in the child (ego) frame, as nav_msgs/Odometry specifies: the same velocity as the prompt's.
+    velocity, _ = ego_motion(snapshot)
     twist = t["geometry_msgs/msg/Twist"](
-        linear=_vector3(typestore, ego.speed_mps, 0.0, 0.0),
+        linear=_vector3(typestore, velocity[0], velocity[1], 0.0),
         angular=_vector3(typestore, 0.0, 0.0, snapshot.ego_yaw_rate_radps),
     )
     return t["nav_msgs/msg/Odometry"](

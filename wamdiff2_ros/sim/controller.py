@@ -1,8 +1,8 @@
 """Tracks a planned trajectory with pure pursuit (steering) and speed tracking (acceleration).
 
 The plan is 8 ego-frame waypoints at 0.5 s, stored in the map frame when it arrives so it can be followed
-between re-plans. Steering is converted for highway-env's kinematic bicycle (yaw rate v sin(beta) / (L/2),
-beta = atan(tan(delta) / 2)); the controller knows nothing else about the simulator.
+between re-plans. Pure pursuit works from the rear axle, which in highway-env's kinematic bicycle (centre of
+mass mid-wheelbase) moves along the heading; the controller knows nothing else about the simulator.
 """
 
 from __future__ import annotations
@@ -57,11 +57,14 @@ class TrajectoryController:
         return speed_mps, accel_mps2
 
     def _lookahead_point(self, ego: AgentState) -> np.ndarray:
-        """Where the path ahead first reaches the lookahead distance from the ego, in the ego frame.
+        """Where the path ahead first reaches the lookahead distance from the rear axle, in its frame.
 
         The path is linearly interpolated between waypoints and extended straight past its end.
         """
-        path_ego = map_to_ego(self._path_map, ego.xy, ego.yaw_rad)
+        # Measured from the rear axle (half a wheelbase behind the centre), pure pursuit's reference point.
+        path_ego = map_to_ego(self._path_map, ego.xy, ego.yaw_rad) + np.array(
+            [self.config.wheelbase_m / 2, 0.0]
+        )
         tail = path_ego[-1] - path_ego[-2]
         norm = float(np.linalg.norm(tail))
         direction = tail / norm if norm > 1e-6 else np.array([1.0, 0.0])
@@ -92,10 +95,10 @@ class TrajectoryController:
         cfg = self.config
         if self._path_map is None:
             return 0.0, cfg.accel_min_mps2
-        target = self._lookahead_point(ego)
+        target = self._lookahead_point(ego)  # from the rear axle
         curvature = 2.0 * target[1] / max(float(target @ target), 1e-6)  # pure pursuit: kappa = 2 y / d^2
-        sin_beta = np.clip(curvature * cfg.wheelbase_m / 2.0, -0.99, 0.99)
-        steering_rad = float(np.arctan(2.0 * np.tan(np.arcsin(sin_beta))))
+        # The rear axle moves along the heading, on a circle of curvature tan(delta) / L.
+        steering_rad = float(np.arctan(curvature * cfg.wheelbase_m))
         target_speed_mps, feed_forward_mps2 = self._speed_reference(time_s)
         accel_mps2 = feed_forward_mps2 + cfg.speed_gain_per_s * (target_speed_mps - ego.speed_mps)
         if target_speed_mps < 0.2 and ego.speed_mps < 0.5:  # hold still rather than creep

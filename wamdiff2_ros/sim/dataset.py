@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.expert import ground_truth, navigation_command, record_drive, sample_indices
 from wamdiff2_ros.sim.render import render_front, write_png
@@ -62,6 +62,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     scene = make_scene(episode_seed(config.seed, episode))
     log = record_drive(scene, config.episode_s)
     out = []
+    image_wh_px = (config.camera.intrinsics.width_px, config.camera.intrinsics.height_px)
     for index in sample_indices(log, round(config.stride_s * SIM_HZ)):
         sample_id = f"e{episode:06d}_t{index:04d}"
         image_path = f"images/{sample_id}.png"
@@ -71,7 +72,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
         out.append(
             {
                 "planning": export.planning_record(sample_id, image_path, truth),
-                "detection": export.detection_record(sample_id, image_path, truth),
+                "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
                 "qa": export.qa_records(sample_id, image_path, truth),
                 "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": scene.kind},
             }
@@ -137,6 +138,16 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
         "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
         "commands": {c: commands.count(c) for c in sorted(set(commands))},
     }
+
+
+def load_camera(data_dir: Path) -> Camera:
+    """The camera a dataset folder was rendered with (``camera.json``).
+
+    Raises:
+        FileNotFoundError: no ``camera.json`` in ``data_dir``.
+    """
+    data = json.loads((Path(data_dir) / "camera.json").read_text())
+    return Camera(CameraIntrinsics(**data["intrinsics"]), CameraMount(**data["mount"]))
 
 
 def _write_outputs(config: GenerateConfig, samples: list[dict]) -> None:

@@ -22,7 +22,7 @@ COMMAND_LOOKAHEAD_M = 50.0  # a turn within this distance along the route sets t
 TURN_THRESHOLD_RAD = np.radians(45.0)
 CURVE_LOOKAHEAD_M = 80.0
 CURVE_THRESHOLD_RAD = np.radians(10.0)
-DRIVABLE_RANGE_M = 80.0
+DRIVABLE_RANGE_M = 150.0  # beyond the farthest waypoint (4 s at 30 m/s) plus a car length
 MIN_VISIBLE_FRACTION = 0.25
 MIN_BOX_HEIGHT_PX = 4.0
 MAX_BOX_DISTANCE_M = 100.0
@@ -82,9 +82,13 @@ def navigation_command(route_map: np.ndarray, position_xy: np.ndarray) -> str:
 
 
 def ego_motion(snapshot: Snapshot) -> tuple[np.ndarray, np.ndarray]:
-    """Ego velocity (speed, 0) and acceleration (dv/dt, v * yaw rate) in the ego frame (IMU-like)."""
-    velocity = np.array([snapshot.ego.speed_mps, 0.0])
-    accel = np.array([snapshot.ego_accel_mps2, snapshot.ego.speed_mps * snapshot.ego_yaw_rate_radps])
+    """Ego velocity of the vehicle centre and acceleration (dv/dt, v * yaw rate) in the ego frame.
+
+    The velocity points along the heading turned by the slip angle, as in the reference's telemetry.
+    """
+    speed_mps, slip_rad = snapshot.ego.speed_mps, snapshot.ego_slip_rad
+    velocity = np.array([speed_mps * np.cos(slip_rad), speed_mps * np.sin(slip_rad)])
+    accel = np.array([snapshot.ego_accel_mps2, speed_mps * snapshot.ego_yaw_rate_radps])
     return velocity, accel
 
 
@@ -130,7 +134,7 @@ def agent_futures(log: list[Snapshot], index: int) -> AgentFutures:
 
 
 def drivable_polygons(lanes: tuple[LaneGeometry, ...], snapshot: Snapshot) -> tuple[np.ndarray, ...]:
-    """Lane polygons (left edge forward, right edge back) in the ego frame, cropped to 80 m around the ego."""
+    """Lane polygons (left edge forward, right edge back) in the ego frame, within 150 m of the ego."""
     polygons = []
     for lane in lanes:
         near = np.linalg.norm(lane.centre_map - snapshot.ego.xy, axis=1) < DRIVABLE_RANGE_M
@@ -222,8 +226,20 @@ def ground_truth(log: list[Snapshot], index: int, scene: Scene, frame: Frame) ->
     )
 
 
+def _route_lane(network, route: list | None, seat) -> tuple:
+    """The lane the expert follows from the seat: the seat's own target lane when it has one, else the route's
+    lane nearest in position and heading (junction lanes overlap: the closest lane may be off the route)."""
+    if hasattr(seat, "target_lane_index") or not route:
+        return getattr(seat, "target_lane_index", seat.lane_index)
+    candidates = [(step[0], step[1], step[2] if step[2] is not None else 0) for step in route]
+    return min(
+        candidates,
+        key=lambda index: network.get_lane(index).distance_with_heading(seat.position, seat.heading),
+    )
+
+
 def _remaining_route(route: list | None, lane_index: tuple) -> list | None:
-    """The part of ``route`` from the road the vehicle is on; the whole route when that road is not on it."""
+    """The part of ``route`` from the road of ``lane_index`` on (all of it when that road is not on it)."""
     if not route:
         return None
     roads = [step[:2] for step in route]
@@ -237,23 +253,27 @@ def expert_plan(scene: Scene) -> np.ndarray:
     the copy is stepped for 4 s: the plan is what the data-generating expert would do from here. The live
     scene is not touched.
     """
-    from highway_env.vehicle.behavior import IDMVehicle
+    from wamdiff2_ros.sim.drivers import ExpertDriver
 
     # The lane network is immutable: share it instead of copying it. All traffic is copied: MOBIL weighs
     # vehicles far behind in the next lane, so dropping any would change the expert's decisions.
     road = copy.deepcopy(scene.road, memo={id(scene.road.network): scene.road.network})
     index = scene.road.vehicles.index(scene.ego)
     seat = road.vehicles[index]
-    expert = IDMVehicle(
+    lane_index = _route_lane(road.network, scene.expert_route, seat)
+    expert = ExpertDriver(
         road,
         seat.position,
         seat.heading,
         seat.speed,
-        target_lane_index=seat.lane_index,
+        target_lane_index=lane_index,
         target_speed=scene.expert_target_speed_mps,
-        route=_remaining_route(scene.expert_route, seat.lane_index),
+        route=_remaining_route(scene.expert_route, lane_index),
         timer=getattr(seat, "timer", None),  # MOBIL's lane-change clock, when the seat has one
     )
+    expert.speed_profile = scene.expert_profile
+    # The jerk limit continues from the seat's current acceleration (an expert's own, or the controller's).
+    expert._accel_mps2 = float(getattr(seat, "_accel_mps2", seat.action.get("acceleration", 0.0)))
     road.vehicles[index] = expert
     start = to_map_xy(expert.position)
     yaw_rad = -float(expert.heading)

@@ -2,7 +2,8 @@
 
 A record is ``{datasource, id, image: [path], conversations: [{from: human, value}, {from: gpt, value}]}``
 (WAM-Diff2 README.md:103-125). The planning turn is ``model.prompt``'s text, verbatim; detection answers are
-Qwen-style JSON boxes in pixels of the exported image. Rendering and simulation happen elsewhere.
+Qwen3-VL grounding JSON with coordinates on its 0..1000 scale of the image (``model.parse``'s default
+``norm1000`` frame); pixel boxes stay in the ground-truth lines. Rendering and simulation happen elsewhere.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ DATASOURCE = "wamdiff2_sim"
 DETECTION_CATEGORIES = ("car",)
 DETECTION_INSTRUCTION = (
     "Locate every instance that belongs to the following categories: {categories}. "
-    'Report bbox coordinates in JSON format as [{{"bbox_2d": [x1, y1, x2, y2], "label": "category"}}], '
-    "in pixels of this image."
+    'Report bbox coordinates in JSON format as [{{"bbox_2d": [x1, y1, x2, y2], "label": "category"}}].'
 )
+NORM_SCALE = 1000  # Qwen3-VL writes boxes relative to the image on a 0..1000 scale
 
 
 def record(sample_id: str, image_path: str, user_text: str, answer: str) -> dict:
@@ -40,14 +41,18 @@ def planning_record(sample_id: str, image_path: str, truth: GroundTruth) -> dict
     return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego))
 
 
-def format_detections(boxes_px: np.ndarray, labels: Sequence[str]) -> str:
-    """Qwen-style grounding answer: ``[{"bbox_2d": [x1, y1, x2, y2], "label": "car"}, ...]``, integer pixels.
+def format_detections(boxes_px: np.ndarray, labels: Sequence[str], image_wh_px: tuple[int, int]) -> str:
+    """Qwen3-VL grounding answer ``[{"bbox_2d": [x1, y1, x2, y2], "label": "car"}, ...]``, 0..1000 scale.
 
-    Boxes are listed in the given order (nearest vehicle first when they come from ``expert``).
+    Args:
+        boxes_px: (M, 4) boxes in pixels of the image, listed in answer order (nearest first from ``expert``).
+        labels: one label per box.
+        image_wh_px: (width, height) of the image the boxes are in.
     """
+    scale = np.array([NORM_SCALE / image_wh_px[0], NORM_SCALE / image_wh_px[1]] * 2)
     items = [
-        {"bbox_2d": [round(float(v)) for v in box], "label": label}
-        for box, label in zip(np.asarray(boxes_px).reshape(-1, 4), labels, strict=True)
+        {"bbox_2d": [round(float(v)) for v in box * scale], "label": label}
+        for box, label in zip(np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4), labels, strict=True)
     ]
     return json.dumps(items)
 
@@ -57,11 +62,12 @@ def detection_user_text(categories: Sequence[str] = DETECTION_CATEGORIES) -> str
     return f"{IMAGE_PLACEHOLDER}\n" + DETECTION_INSTRUCTION.format(categories=", ".join(categories))
 
 
-def detection_record(sample_id: str, image_path: str, truth: GroundTruth) -> dict:
-    """The detection record for the same image."""
-    return record(
-        sample_id, image_path, detection_user_text(), format_detections(truth.boxes_px, truth.labels)
-    )
+def detection_record(
+    sample_id: str, image_path: str, truth: GroundTruth, image_wh_px: tuple[int, int]
+) -> dict:
+    """The detection record for the same image (``image_wh_px``: its width and height)."""
+    answer = format_detections(truth.boxes_px, truth.labels, image_wh_px)
+    return record(sample_id, image_path, detection_user_text(), answer)
 
 
 def qa_records(sample_id: str, image_path: str, truth: GroundTruth) -> list[dict]:

@@ -23,7 +23,7 @@ CULL_RADIUS_M = 200.0
 LINE_NAMES = {0: "none", 1: "striped", 2: "continuous", 3: "continuous"}  # highway-env LineType values
 
 
-def _import_highway_env():
+def import_highway_env():
     """Import highway-env lazily (an optional heavy dependency) and keep pygame off any display."""
     # 'offscreen', not 'dummy': highway-env 1.12.1 disables its viewer under 'dummy' (feasibility_ml.md §4).
     os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
@@ -62,6 +62,7 @@ class Snapshot:
     ego: AgentState
     ego_accel_mps2: float  # rate of change of speed over the last tick
     ego_yaw_rate_radps: float
+    ego_slip_rad: float  # angle of the centre's velocity from the heading (kinematic bicycle), left positive
     agents: tuple[AgentState, ...]
     ego_crashed: bool
     ego_on_road: bool
@@ -128,6 +129,7 @@ class Scene:
     _agent_ids: dict = field(default_factory=dict)
     expert_route: list | None = None  # the IDM expert's route and desired speed, kept for expert re-plans
     expert_target_speed_mps: float = 0.0
+    expert_profile: object = None  # drivers.CurveSpeedProfile of the route
 
     def agent_id(self, vehicle) -> int:
         """A stable id for ``vehicle`` (0 is the ego) that survives removal of other vehicles."""
@@ -142,6 +144,10 @@ class Scene:
         self.lanes = tuple(_lane_geometry(lane) for lane in self.road.network.lanes_list())
         self.expert_route = list(self.ego.route) if self.ego.route else None
         self.expert_target_speed_mps = float(self.ego.target_speed)
+        from wamdiff2_ros.sim.drivers import CurveSpeedProfile
+
+        self.expert_profile = CurveSpeedProfile(self.route_map)
+        self.ego.speed_profile = self.expert_profile
         self._last_speed_mps, self._last_yaw_rad = float(self.ego.speed), -float(self.ego.heading)
         for vehicle in self._others():
             self.agent_id(vehicle)
@@ -171,6 +177,8 @@ class Scene:
             ego=_agent_state(self.ego, 0),
             ego_accel_mps2=(float(self.ego.speed) - self._last_speed_mps) / SIM_DT_S,
             ego_yaw_rate_radps=yaw_change_rad / SIM_DT_S,
+            # highway-env: beta = atan(tan(delta) / 2), with its steering sign flipped into the map frame.
+            ego_slip_rad=-float(np.arctan(np.tan(self.ego.action.get("steering", 0.0)) / 2.0)),
             agents=tuple(_agent_state(v, self.agent_id(v)) for v in self._others()),
             ego_crashed=bool(self.ego.crashed),
             ego_on_road=bool(self.ego.on_road),
@@ -280,8 +288,9 @@ def _curvy_network(rng: np.random.Generator, n_lanes: int, speed_limit_mps: floa
 
 def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
     from highway_env.road.road import Road
-    from highway_env.vehicle.behavior import IDMVehicle
     from highway_env.vehicle.kinematics import Vehicle
+
+    from wamdiff2_ros.sim.drivers import ExpertDriver, Traffic
 
     n_lanes = int(rng.integers(1, 5))
     speed_limit_mps = float(rng.uniform(18.0, 30.0))
@@ -291,7 +300,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
     ego_lane_id = int(rng.integers(0, n_lanes))
     first_lane = net.get_lane(("n0", "n1", ego_lane_id))
     ego_s_m = 30.0
-    ego = IDMVehicle(
+    ego = ExpertDriver(
         road,
         first_lane.position(ego_s_m, 0.0),
         first_lane.heading_at(ego_s_m),
@@ -306,7 +315,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
         while s_m < 300.0:
             if abs(s_m - ego_s_m) > 15.0 or lane_id != ego_lane_id:
                 lane, lane_s_m = _lane_at(net, lane_id, s_m)
-                other = IDMVehicle(
+                other = Traffic(
                     road,
                     lane.position(lane_s_m, 0.0),
                     lane.heading_at(lane_s_m),
@@ -328,7 +337,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
             # A plain kinematic vehicle with zero speed and no action stays put (an IDM driver would creep).
             lead = Vehicle(road, lane.position(lane_s_m, 0.0), lane.heading_at(lane_s_m), speed=0.0)
         else:
-            lead = IDMVehicle(
+            lead = Traffic(
                 road,
                 lane.position(lane_s_m, 0.0),
                 lane.heading_at(lane_s_m),
@@ -366,7 +375,8 @@ def _lane_at(net, lane_id: int, s_m: float):
 
 def _make_intersection(seed: int, rng: np.random.Generator) -> Scene:
     from highway_env.envs.intersection_env import IntersectionEnv
-    from highway_env.vehicle.behavior import IDMVehicle
+
+    from wamdiff2_ros.sim.drivers import ExpertDriver
 
     destination = str(rng.choice(["o1", "o2", "o3"]))
     n_vehicles = int(rng.integers(1, 9))
@@ -376,13 +386,14 @@ def _make_intersection(seed: int, rng: np.random.Generator) -> Scene:
             "destination": destination,
             "simulation_frequency": SIM_HZ,
             "spawn_probability": 0.0,
+            "other_vehicles_type": "wamdiff2_ros.sim.drivers.JunctionTraffic",
         }
     )
     env.reset(seed=seed)
     road = env.unwrapped.road
     road.neighbour_vehicles_connected_lanes = True
     mdp_ego = env.unwrapped.vehicle
-    ego = IDMVehicle.create_from(mdp_ego)
+    ego = ExpertDriver.create_from(mdp_ego)
     ego.plan_route_to(destination)
     ego.target_speed = mdp_ego.lane.speed_limit
     road.vehicles[road.vehicles.index(mdp_ego)] = ego
@@ -411,7 +422,7 @@ def make_scene(seed: int, kind: str | None = None) -> Scene:
     """
     if seed < 0:
         raise InputError(f"seed must be non-negative, got {seed}")
-    _import_highway_env()
+    import_highway_env()
     rng = np.random.default_rng(seed)
     kind = kind or str(rng.choice(SCENE_KINDS, p=[0.6, 0.4]))
     builders = {"highway": _make_highway, "intersection": _make_intersection}

@@ -1,0 +1,126 @@
+"""Open-loop evaluation of planners on a generated dataset, with the expert and constant velocity alongside.
+
+Reads ``ground_truth.jsonl`` of a ``wamdiff2 sim generate`` folder and, for a model, a predictions file; it
+scores each planner on every sample (metrics.py) and averages. Running a model to make predictions is
+the decoders' job; this module only scores answers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.eval import metrics
+from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
+from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.sim.expert import GroundTruth
+from wamdiff2_ros.sim.export import ground_truth_from_line
+
+
+def load_truth(data_dir: Path) -> dict[str, GroundTruth]:
+    """Sample id -> ground truth from ``data_dir/ground_truth.jsonl``.
+
+    Raises:
+        FileNotFoundError: no ground-truth file in ``data_dir``.
+    """
+    path = Path(data_dir) / "ground_truth.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {data_dir} a 'wamdiff2 sim generate' folder?")
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {line["id"]: ground_truth_from_line(line) for line in lines}
+
+
+def load_predictions(path: Path) -> dict[str, np.ndarray]:
+    """Sample id -> (8, 2) waypoints from a predictions file.
+
+    Accepted: reference-format records whose last turn is the prediction (``planning.json`` with the answers
+    replaced), or an object mapping id -> answer text ``x1,y1,...,x8,y8`` or -> [[x, y], ...].
+
+    Raises:
+        InputError: an unrecognised layout. ``ParseError``: an answer that is not 16 numbers.
+    """
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, list):
+        data = {record["id"]: record["conversations"][-1]["value"] for record in data}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a list of records or an object id -> answer")
+    return {
+        key: parse_waypoints(value)
+        if isinstance(value, str)
+        else np.asarray(value, dtype=np.float64).reshape(8, 2)
+        for key, value in data.items()
+    }
+
+
+def scoring_context(truth: GroundTruth) -> metrics.ScoringContext:
+    """PDM scoring context of a sample: true agent futures, lanes, and the expert path for progress."""
+    return metrics.ScoringContext(
+        agents=metrics.Agents(truth.agents.poses_ego, truth.agents.sizes_m),
+        reference_ego=truth.waypoints_ego,
+        velocity_ego_mps=truth.velocity_ego_mps,
+        drivable=metrics.DrivableArea(truth.drivable_ego),
+        current_agents_ego=truth.agents.current_ego,
+    )
+
+
+def score_planner(truth: dict[str, GroundTruth], predictions: dict[str, np.ndarray]) -> dict:
+    """Mean metrics of one planner over the samples it answered.
+
+    Returns:
+        ``samples``, ``missing`` (samples without a prediction), L2 per waypoint / ADE / FDE,
+        ``collision_rate`` (share of samples whose plan overlaps an agent's true future) and the mean of each
+        PDM sub-score.
+
+    Raises:
+        InputError: no sample has a prediction.
+    """
+    ids = [key for key in truth if key in predictions]
+    if not ids:
+        raise InputError("no prediction matches a sample id of the dataset")
+    pred = np.stack([predictions[key] for key in ids])
+    expected = np.stack([truth[key].waypoints_ego for key in ids])
+    report = {
+        "samples": len(ids),
+        "missing": len(truth) - len(ids),
+        **metrics.displacement_errors(pred, expected),
+    }
+    contexts = [scoring_context(truth[key]) for key in ids]
+    report["collision_rate"] = float(
+        np.mean([metrics.collides(p, c.agents) for p, c in zip(pred, contexts, strict=True)])
+    )
+    subscores = [metrics.pdm_subscores(p, c) for p, c in zip(pred, contexts, strict=True)]
+    for name in subscores[0]:
+        report[name] = float(np.mean([s[name] for s in subscores]))
+    return report
+
+
+def baseline_predictions(truth: dict[str, GroundTruth]) -> dict[str, dict[str, np.ndarray]]:
+    """Predictions of the expert (its own future) and of constant velocity for every sample."""
+    return {
+        "expert": {key: t.waypoints_ego for key, t in truth.items()},
+        "constant-velocity": {
+            key: constant_velocity_waypoints(t.velocity_ego_mps) for key, t in truth.items()
+        },
+    }
+
+
+def evaluate_open_loop(data_dir: Path, planners: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
+    """Score the baselines and any given planners on a dataset folder.
+
+    Args:
+        data_dir: a ``wamdiff2 sim generate`` output folder.
+        planners: name -> (sample id -> waypoints), e.g. a model's predictions.
+
+    Returns:
+        ``{"data": str, "samples": n, "planners": {name: score_planner report}}``.
+    """
+    truth = load_truth(data_dir)
+    everyone = baseline_predictions(truth) | (planners or {})
+    return {
+        "data": str(data_dir),
+        "samples": len(truth),
+        "planners": {name: score_planner(truth, predictions) for name, predictions in everyone.items()},
+    }
