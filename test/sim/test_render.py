@@ -1,10 +1,11 @@
 """Frames agree with the pinhole model: a known layout puts known points at the predicted pixels."""
 
+import cv2
 import numpy as np
 import pytest
 
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
-from wamdiff2_ros.sim.render import CAR_COLOURS_RGB, ROAD_RGB, render_front, write_png
+from wamdiff2_ros.sim.render import CAR_COLOURS_RGB, ROAD_RGB, encode_png, render_front
 from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
 
 CAMERA = Camera(CameraIntrinsics(320, 180, 250.0, 250.0, 160.0, 90.0), CameraMount(1.5, 0.0, 1.6, 0.0))
@@ -68,6 +69,9 @@ def test_cars_behind_the_ego_are_not_boxed():
     assert render_front(CAMERA, STRAIGHT_LANE, _snapshot(behind)).boxes == ()
 
 
-def test_write_png_refuses_a_bad_path(tmp_path):
-    with pytest.raises(OSError, match="could not write"):
-        write_png(str(tmp_path / "missing" / "x.png"), np.zeros((4, 4, 3), np.uint8))
+def test_png_encoding_is_lossless_rgb():
+    image = render_front(CAMERA, STRAIGHT_LANE, _snapshot()).image_rgb
+    decoded = cv2.cvtColor(
+        cv2.imdecode(np.frombuffer(encode_png(image), np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB
+    )
+    np.testing.assert_array_equal(decoded, image)

@@ -18,6 +18,8 @@ VERB_MODULES = (
     "wamdiff2_ros.cli.info",
     "wamdiff2_ros.cli.plan",
     "wamdiff2_ros.cli.train",
+    "wamdiff2_ros.cli.sim",
+    "wamdiff2_ros.cli.eval",
 )
 
 

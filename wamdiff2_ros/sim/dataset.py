@@ -12,6 +12,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.expert import ground_truth, navigation_command, record_drive, sample_indices
-from wamdiff2_ros.sim.render import render_front, write_png
+from wamdiff2_ros.sim.render import encode_png, render_front
 from wamdiff2_ros.sim.scenes import SIM_HZ, make_scene
 
 TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
@@ -57,7 +58,7 @@ def episode_seed(seed: int, episode: int) -> int:
 
 
 def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
-    """Simulate one episode, write its images (and bag); return its samples' records and truth lines."""
+    """Simulate one episode (writing its bag when asked); return its samples: PNG bytes, records, truth."""
     config, episode = job
     scene = make_scene(episode_seed(config.seed, episode))
     log = record_drive(scene, config.episode_s)
@@ -68,9 +69,10 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
         image_path = f"images/{sample_id}.png"
         frame = render_front(config.camera, scene.lanes, log[index])
         truth = ground_truth(log, index, scene, frame)
-        write_png(config.out_dir / image_path, frame.image_rgb)
         out.append(
             {
+                "image_path": image_path,
+                "png": encode_png(frame.image_rgb),  # written by the parent only if the sample is kept
                 "planning": export.planning_record(sample_id, image_path, truth),
                 "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
                 "qa": export.qa_records(sample_id, image_path, truth),
@@ -125,11 +127,14 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
         for episode_samples in _episodes(config):
             episodes += 1
             taken = episode_samples[: config.samples - len(samples)]
+            for sample in taken:
+                (config.out_dir / sample["image_path"]).write_bytes(sample["png"])
             samples += taken
             bar.update(len(taken))
             if len(samples) >= config.samples:
                 break
     _write_outputs(config, samples)
+    _remove_unused_bags(config.out_dir, episodes)
     kinds = [s["truth"]["kind"] for s in samples]
     commands = [s["truth"]["command"] for s in samples]
     return {
@@ -138,6 +143,13 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
         "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
         "commands": {c: commands.count(c) for c in sorted(set(commands))},
     }
+
+
+def _remove_unused_bags(out_dir: Path, episodes: int) -> None:
+    """Workers run ahead of the samples needed: drop the bags of episodes that contributed none."""
+    for bag in sorted((out_dir / "bags").glob("drive_*")):
+        if int(bag.name.removeprefix("drive_")) >= episodes:
+            shutil.rmtree(bag)
 
 
 def load_camera(data_dir: Path) -> Camera:

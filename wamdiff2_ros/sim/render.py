@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, box_corners_3d, clip_polygon_near, map_to_ego
 from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
 
@@ -209,11 +210,13 @@ def _boxes(silhouettes: dict, mask: np.ndarray, camera: Camera) -> list[VehicleB
     return boxes
 
 
-def write_png(path: str, image_rgb: np.ndarray) -> None:
-    """Write an RGB image as PNG.
+def encode_png(image_rgb: np.ndarray) -> bytes:
+    """PNG bytes of an RGB (H, W, 3) uint8 image.
 
     Raises:
-        OSError: the file cannot be written.
+        InputError: the array is not an image OpenCV can encode.
     """
-    if not cv2.imwrite(str(path), cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR)):
-        raise OSError(f"could not write image {path}")
+    ok, data = cv2.imencode(".png", cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise InputError(f"could not encode an image of shape {image_rgb.shape} as PNG")
+    return data.tobytes()

@@ -1,0 +1,141 @@
+"""``wamdiff2 eval open-loop|closed-loop``: score planners, always beside the expert and constant velocity.
+
+Each verb parses, calls one function of ``wamdiff2_ros.eval``, writes ``report.json`` and PNG plots into
+``--out`` and prints a table. Heavy imports happen inside the verbs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+OPEN_LOOP_COLUMNS = ("ade_m", "fde_m", "collision_rate", "no_collision", "drivable_area", "time_to_collision",
+                     "comfort", "ego_progress", "pdm_score")  # fmt: skip
+CLOSED_LOOP_COLUMNS = (
+    "driving_score",
+    "route_completion",
+    "collision_rate",
+    "off_road_rate",
+    "completed_rate",
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate planners open-loop on generated data or closed-loop in the simulator",
+        description="Metrics and their formulas: docs/METRICS.md. The expert and constant velocity are "
+        "reported with every evaluation.",
+    )
+    verbs = parser.add_subparsers(dest="eval_verb", metavar="VERB", required=True)
+    open_loop = verbs.add_parser(
+        "open-loop",
+        help="L2/ADE/FDE, collisions and PDM-style scores on a 'sim generate' folder",
+        description="Score waypoint predictions against ground_truth.jsonl of a dataset folder.",
+    )
+    open_loop.add_argument("--data", type=Path, required=True, help="a 'wamdiff2 sim generate' output folder")
+    open_loop.add_argument(
+        "--predictions",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a planner's answers: records like planning.json with the gpt turn replaced, or a JSON object "
+        "id -> 'x1,y1,...,x8,y8'; repeatable; NAME= is optional (default: the file stem)",
+    )
+    open_loop.add_argument("--out", type=Path, default=None, help="write report.json and plots here")
+    open_loop.add_argument(
+        "--plots", type=int, default=4, help="trajectory-over-image plots to draw (default 4)"
+    )
+    open_loop.set_defaults(func=run_open_loop)
+    closed_loop = verbs.add_parser(
+        "closed-loop",
+        help="drive seeded episodes with a policy in the loop; route completion, infractions, driving score",
+        description="Each policy drives the same seeded episodes (planning at --plan-hz, control at 10 Hz).",
+    )
+    closed_loop.add_argument(
+        "--policy",
+        action="append",
+        choices=("expert", "constant-velocity"),
+        default=None,
+        help="policy to drive (repeatable; default both baselines)",
+    )
+    closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
+    closed_loop.add_argument("--seed", type=int, default=0, help="first scene seed (default 0)")
+    closed_loop.add_argument("--kind", choices=("highway", "intersection"), default=None, help="scene kind")
+    closed_loop.add_argument(
+        "--route-m", type=float, default=120.0, help="route length in metres (default 120)"
+    )
+    closed_loop.add_argument(
+        "--max-s", type=float, default=25.0, help="time limit per episode (default 25 s)"
+    )
+    closed_loop.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")
+    closed_loop.add_argument("--out", type=Path, default=None, help="write report.json here")
+    closed_loop.set_defaults(func=run_closed_loop)
+
+
+def _table(rows: dict[str, dict], columns: tuple[str, ...]) -> str:
+    width = max(len(name) for name in rows) + 2
+    lines = [" " * width + "".join(f"{c:>18}" for c in columns)]
+    lines += [f"{name:<{width}}" + "".join(f"{row[c]:>18.3f}" for c in columns) for name, row in rows.items()]
+    return "\n".join(lines)
+
+
+def _named(spec: Path) -> tuple[str, Path]:
+    text = str(spec)
+    if "=" in text:
+        name, path = text.split("=", 1)
+        return name, Path(path)
+    return spec.stem, spec
+
+
+def run_open_loop(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions
+
+    planners = {name: load_predictions(path) for name, path in map(_named, args.predictions)}
+    report = evaluate_open_loop(args.data, planners)
+    print(_table(report["planners"], OPEN_LOOP_COLUMNS))
+    if args.out:
+        _write_open_loop_outputs(args, report, planners)
+    return 0
+
+
+def _write_open_loop_outputs(args: argparse.Namespace, report: dict, planners: dict) -> None:
+    import cv2
+
+    from wamdiff2_ros.eval.open_loop import baseline_predictions, load_truth
+    from wamdiff2_ros.eval.plots import plot_l2_per_waypoint, plot_trajectories_on_image
+    from wamdiff2_ros.sim.dataset import load_camera
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=2))
+    plot_l2_per_waypoint(report["planners"], args.out / "l2_per_waypoint.png")
+    truth = load_truth(args.data)
+    everyone = baseline_predictions(truth) | planners
+    camera = load_camera(args.data)
+    for sample_id in list(truth)[: args.plots]:
+        image = cv2.cvtColor(cv2.imread(str(args.data / "images" / f"{sample_id}.png")), cv2.COLOR_BGR2RGB)
+        trajectories = {name: preds[sample_id] for name, preds in everyone.items() if sample_id in preds}
+        title = f"{sample_id}: command {truth[sample_id].command}"
+        plot_trajectories_on_image(
+            image, camera, trajectories, args.out / f"trajectories_{sample_id}.png", title
+        )
+    print(f"wrote {args.out / 'report.json'} and plots")
+
+
+def run_closed_loop(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.eval.baselines import baseline_factory
+    from wamdiff2_ros.eval.closed_loop import evaluate_closed_loop
+    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
+
+    names = args.policy or ["expert", "constant-velocity"]
+    config = ClosedLoopConfig(route_length_m=args.route_m, max_duration_s=args.max_s, plan_hz=args.plan_hz)
+    seeds = list(range(args.seed, args.seed + args.episodes))
+    report = evaluate_closed_loop({n: baseline_factory(n) for n in names}, seeds, config, args.kind)
+    print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "report.json").write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.out / 'report.json'}")
+    return 0
