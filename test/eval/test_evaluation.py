@@ -1,0 +1,76 @@
+"""Evaluation end to end on a small generated dataset and a few episodes, through the CLI as users run it."""
+
+import json
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.cli.main import main
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
+from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, load_truth, score_planner
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data")
+    assert main(["sim", "generate", "--out", str(out), "--samples", "30", "--seed", "2", "--width", "192",
+                 "--workers", "2"]) == 0  # fmt: skip
+    return out
+
+
+def test_expert_is_perfect_and_constant_velocity_is_worse(dataset):
+    planners = evaluate_open_loop(dataset)["planners"]
+    expert, cv = planners["expert"], planners["constant-velocity"]
+    assert expert["ade_m"] == 0.0 and expert["collision_rate"] == 0.0 and expert["no_collision"] == 1.0
+    assert expert["pdm_score"] > 0.9
+    assert cv["ade_m"] > 0.5 and cv["pdm_score"] < expert["pdm_score"]
+    assert np.all(np.diff(cv["l2_per_waypoint_m"]) >= 0)  # constant velocity drifts further with time
+
+
+def test_expert_beats_constant_velocity_most_where_the_road_turns(dataset):
+    truth = load_truth(dataset)
+    turning = {k: t for k, t in truth.items() if t.command != "straight" or abs(t.waypoints_ego[-1, 1]) > 2.0}
+    assert turning, "the seed should include junction turns or curves"
+    cv = score_planner(
+        turning, {k: constant_velocity_waypoints(t.velocity_ego_mps) for k, t in turning.items()}
+    )
+    overall = score_planner(
+        truth, {k: constant_velocity_waypoints(t.velocity_ego_mps) for k, t in truth.items()}
+    )
+    assert cv["fde_m"] > overall["fde_m"]
+
+
+def test_predictions_file_in_the_reference_format_is_scored(dataset, tmp_path):
+    records = json.loads((dataset / "planning.json").read_text())
+    for record in records:  # a planner that answers the expert's waypoints shifted 1 m left
+        numbers = [float(v) for v in record["conversations"][1]["value"].split(",")]
+        record["conversations"][1]["value"] = ",".join(f"{v + (k % 2):.2f}" for k, v in enumerate(numbers))
+    path = tmp_path / "shifted.json"
+    path.write_text(json.dumps(records))
+    report = score_planner(load_truth(dataset), load_predictions(path))
+    assert report["ade_m"] == pytest.approx(1.0, abs=0.01) and report["missing"] == 0
+
+
+def test_unmatched_predictions_are_refused(dataset):
+    with pytest.raises(InputError, match="no prediction matches"):
+        score_planner(load_truth(dataset), {"nope": np.zeros((8, 2))})
+
+
+def test_open_loop_cli_writes_report_and_plots(dataset, tmp_path, capsys):
+    assert main(["eval", "open-loop", "--data", str(dataset), "--out", str(tmp_path), "--plots", "2"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report["planners"]) == {"expert", "constant-velocity"}
+    assert (tmp_path / "l2_per_waypoint.png").stat().st_size > 0
+    assert len(list(tmp_path.glob("trajectories_*.png"))) == 2
+    assert "pdm_score" in capsys.readouterr().out
+
+
+def test_closed_loop_cli_reports_driving_scores(tmp_path):
+    args = ["eval", "closed-loop", "--episodes", "1", "--seed", "7", "--kind", "highway", "--route-m", "60",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    policies = json.loads((tmp_path / "report.json").read_text())["policies"]
+    assert policies["expert"]["summary"]["driving_score"] == 1.0
+    row = policies["constant-velocity"]["episodes"][0]
+    assert row["driving_score"] <= row["route_completion"]
