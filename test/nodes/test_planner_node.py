@@ -1,0 +1,245 @@
+"""PlannerNode as a separate process over real DDS, tiny random-weight preset on the CPU.
+
+One planner process serves the module; each test drives it through its input topics from this process and
+checks what comes out (stamps, frames, shapes, diagnostics), as a camera driver and a consumer would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry, Path
+from ros_harness import Probe, node_output, start_node, stop_node
+from sensor_msgs.msg import Image
+from std_msgs.msg import Float64, Header
+from visualization_msgs.msg import MarkerArray
+
+from wamdiff2_ros.msg import CandidateTrajectories, DrivingCommand, PlannedTrajectory
+from wamdiff2_ros.nodes.convert.images import numpy_to_image
+from wamdiff2_ros.nodes.qos import RELIABLE
+
+NS = "/planner_test"
+NODE = f"{NS}/wamdiff2_planner"
+PARAMS = {
+    "model.preset": "tiny",
+    "decoder.steps": 4,
+    "candidates.count": 3,
+    "output.frame_id": "ego_vehicle",
+    "qos.image_reliability": "reliable",
+    "diagnostics.period_s": 0.2,
+    "input.max_age_s": 30.0,
+    "fallback.hold_s": 5.0,
+}
+OUTPUTS = {
+    f"{NODE}/output/trajectory": PlannedTrajectory,
+    f"{NODE}/output/candidates": CandidateTrajectories,
+    f"{NODE}/output/path": Path,
+    f"{NODE}/output/markers": MarkerArray,
+    f"{NODE}/debug/processing_time_ms": Float64,
+    "/diagnostics": DiagnosticArray,
+}
+
+
+class Driver:
+    """Publishes camera frames and odometry into the planner like a car's drivers would."""
+
+    def __init__(self, probe: Probe) -> None:
+        node = probe.node
+        self.probe = probe
+        self.image = node.create_publisher(Image, f"{NODE}/input/image", RELIABLE)
+        self.odometry = node.create_publisher(Odometry, f"{NODE}/input/odometry", RELIABLE)
+        self.command = node.create_publisher(DrivingCommand, f"{NODE}/input/command", RELIABLE)
+        self.frame = np.random.default_rng(3).integers(0, 256, size=(180, 320, 3), dtype=np.uint8)
+
+    def now(self) -> Time:
+        return self.probe.node.get_clock().now().to_msg()
+
+    def send(self, stamp: Time, image: Image | None = None, vx: float = 5.0) -> None:
+        odometry = Odometry(header=Header(stamp=stamp, frame_id="map"), child_frame_id="ego_vehicle")
+        odometry.twist.twist.linear.x = vx
+        self.odometry.publish(odometry)
+        frame = image if image is not None else numpy_to_image(self.frame, "bgr8")
+        frame.header = Header(stamp=stamp, frame_id="camera_front")
+        self.image.publish(frame)
+        self.odometry.publish(odometry)  # a state at the frame's stamp completes the match
+
+
+@pytest.fixture(scope="module")
+def planner(ros_context):
+    process = start_node("wamdiff2_ros.nodes.planner", NS, PARAMS)
+    probe = Probe(ros_context, "planner_probe", OUTPUTS)
+    driver = Driver(probe)
+    ready = probe.spin_until(
+        lambda: any(
+            kv.key == "model_state" and kv.value == "ready"
+            for d in probe.received["/diagnostics"]
+            for s in d.status
+            for kv in s.values
+        ),
+        timeout_s=60,
+    )
+    assert ready, "planner did not report a loaded model:\n" + stop_node(process)
+    yield process, probe, driver
+    probe.close()
+    stop_node(process)
+
+
+def plan_once(planner, image: Image | None = None, vx: float = 5.0) -> tuple[PlannedTrajectory, Time]:
+    """Stream frames (a fresh stamp every 0.5 s, like a camera) until a trajectory for one of them arrives.
+
+    Streaming matters: messages of different topics may arrive in any order, so one frame can lose its
+    match (e.g. to a late, older state that resets the synchroniser after a bad-input test).
+    """
+    process, probe, driver = planner
+    topic = f"{NODE}/output/trajectory"
+    sent: list[Time] = []
+    last_send = [0.0]
+
+    def stream():
+        if time.monotonic() - last_send[0] > 0.5:
+            sent.append(driver.now())
+            driver.send(sent[-1], image, vx)
+            last_send[0] = time.monotonic()
+
+    def answered():
+        return any(t.header.stamp in sent for t in probe.received[topic])
+
+    arrived = probe.spin_until(answered, 30, during=stream)
+    assert arrived, f"no trajectory; diagnostics:\n{latest_problems(probe)}\nnode:\n{node_output(process)}"
+    assert process.poll() is None
+    trajectory = next(t for t in reversed(probe.received[topic]) if t.header.stamp in sent)
+    return trajectory, trajectory.header.stamp
+
+
+@pytest.mark.ros
+def test_frame_and_odometry_produce_a_well_formed_trajectory(planner) -> None:
+    trajectory, stamp = plan_once(planner)
+    assert trajectory.header.stamp == stamp and trajectory.header.frame_id == "ego_vehicle"
+    assert len(trajectory.points) == 8
+    assert all(math.isfinite(p.position.x) and math.isfinite(p.position.y) for p in trajectory.points)
+    assert [
+        p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in trajectory.points
+    ] == pytest.approx([0.5 * k for k in range(1, 9)])
+    assert trajectory.decoder.grammar_constrained and trajectory.decoder.block_size == 32
+    assert trajectory.status == PlannedTrajectory.STATUS_OK, trajectory.status_reason
+    assert trajectory.model_name == "preset:tiny"
+
+
+@pytest.mark.ros
+def test_candidates_path_and_markers_carry_the_source_stamp(planner) -> None:
+    _, probe, _ = planner
+    trajectory, stamp = plan_once(planner)
+    topics = [f"{NODE}/output/candidates", f"{NODE}/output/path", f"{NODE}/output/markers"]
+
+    def stamp_of(msg):
+        return msg.markers[-1].header.stamp if isinstance(msg, MarkerArray) else msg.header.stamp
+
+    assert probe.spin_until(
+        lambda: all(probe.received[t] and stamp_of(probe.received[t][-1]) == stamp for t in topics), 5
+    )
+    candidates = probe.received[topics[0]][-1]
+    assert len(candidates.candidates) == 3
+    assert candidates.candidates[0] == trajectory and candidates.selected_index == -1
+    assert len({c.raw_text for c in candidates.candidates}) > 1  # distinct seeds sample distinct answers
+    path = probe.received[topics[1]][-1]
+    assert len(path.poses) == 9
+    markers = probe.received[topics[2]][-1].markers
+    assert all(m.header.stamp == stamp and m.header.frame_id == "ego_vehicle" for m in markers)
+
+
+def bad_image(encoding: str = "bgr8", data_bytes: int | None = None, shape=(180, 320, 3)) -> Image:
+    msg = numpy_to_image(np.zeros(shape, np.uint8), "bgr8")
+    msg.encoding = encoding
+    if data_bytes is not None:
+        msg.data = bytes(data_bytes)
+    return msg
+
+
+def latest_problems(probe: Probe) -> str:
+    """Every diagnostic message and last_problem value the planner has reported so far, joined."""
+    texts = []
+    for array in probe.received["/diagnostics"]:
+        for status in array.status:
+            if status.name == NODE:
+                texts.append(status.message)
+                texts += [kv.value for kv in status.values if kv.key.startswith("last_problem.")]
+    return "\n".join(texts)
+
+
+def send_bad(driver: Driver, case: str) -> None:
+    now = driver.now()
+    if case == "unsupported-encoding":
+        driver.image.publish(bad_image("yuv422"))
+    elif case == "truncated-data":
+        driver.image.publish(bad_image(data_bytes=1000))
+    elif case == "nan-state":
+        odometry = Odometry(header=Header(stamp=now))
+        odometry.twist.twist.linear.x = math.nan
+        driver.odometry.publish(odometry)
+    elif case == "stale-frame":
+        driver.send(Time(sec=now.sec - 1000, nanosec=0))
+    elif case == "stamps-backwards":
+        driver.send(now)
+        driver.send(Time(sec=now.sec - 10, nanosec=now.nanosec))
+    elif case == "unknown-command":
+        driver.command.publish(DrivingCommand(header=Header(stamp=now), command=9))
+    elif case == "unusable-image-shape":
+        driver.send(now, bad_image(shape=(1, 300, 3)))
+
+
+BAD_INPUTS = [
+    ("unsupported-encoding", "unsupported image encoding 'yuv422'"),
+    ("truncated-data", "data has 1000 bytes"),
+    ("nan-state", "odometry twist is not finite"),
+    ("stale-frame", "frame is 1000"),
+    ("stamps-backwards", "stamps jumped backwards"),
+    ("unknown-command", "unknown driving command 9"),
+    ("unusable-image-shape", "aspect ratio must be at most 200"),
+]
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize(("case", "reason"), BAD_INPUTS, ids=[case for case, _ in BAD_INPUTS])
+def test_bad_input_is_diagnosed_and_the_node_keeps_planning(planner, case: str, reason: str) -> None:
+    process, probe, driver = planner
+    sent = {"done": False}
+
+    def send_once():
+        if not sent["done"]:
+            send_bad(driver, case)
+            sent["done"] = True
+
+    assert probe.spin_until(lambda: reason in latest_problems(probe), 20, during=send_once), latest_problems(
+        probe
+    )
+    assert process.poll() is None
+    trajectory, _ = plan_once(planner)  # still planning afterwards
+    assert len(trajectory.points) == 8
+
+
+@pytest.mark.ros
+def test_model_failure_publishes_a_flagged_finite_fallback(planner) -> None:
+    _, probe, _ = planner
+    topic = f"{NODE}/output/trajectory"
+    plan_once(planner)  # a good plan to hold
+    before = len(probe.received[topic])
+    _, stamp = plan_once(planner, image=bad_image(shape=(1, 300, 3)))
+    fallbacks = [t for t in probe.received[topic][before:] if t.header.stamp == stamp]
+    assert fallbacks and fallbacks[0].status == PlannedTrajectory.STATUS_FALLBACK
+    assert "model failed: InputError" in fallbacks[0].status_reason
+    assert "holding the plan" in fallbacks[0].status_reason  # fallback.mode defaults to hold
+
+
+@pytest.mark.ros
+def test_every_published_trajectory_was_well_formed(planner) -> None:
+    _, probe, _ = planner
+    trajectories = probe.received[f"{NODE}/output/trajectory"]
+    assert trajectories
+    for trajectory in trajectories:
+        assert len(trajectory.points) == 8
+        assert all(math.isfinite(v) for p in trajectory.points for v in (p.position.x, p.position.y, p.speed))

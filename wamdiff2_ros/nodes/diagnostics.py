@@ -1,0 +1,94 @@
+"""Running statistics of a node and their /diagnostics status (diagnostic_msgs/DiagnosticArray)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+
+
+class NodeHealth:
+    """Thread-safe tallies of a node's work: latencies, drops, input age, problems by kind.
+
+    ``problem(kind, reason)`` records a bad input or failure; the newest reason per kind is kept so the
+    diagnostic names it. ``level()`` is ERROR while the model is not loaded, WARN when problems occurred since
+    the previous report, else OK.
+    """
+
+    def __init__(self, name: str, window: int = 200) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._latencies_ms: deque[float] = deque(maxlen=window)
+        self._input_age_ms: deque[float] = deque(maxlen=window)
+        self.counts: Counter[str] = Counter()
+        self._problems: dict[str, str] = {}
+        self._new_problems: set[str] = set()
+        self.model_state = "loading"
+        self.model_message = ""
+
+    def set_model_state(self, state: str, message: str = "") -> None:
+        with self._lock:
+            self.model_state, self.model_message = state, message
+
+    def record_latency(self, latency_ms: float, input_age_ms: float) -> None:
+        with self._lock:
+            self._latencies_ms.append(latency_ms)
+            self._input_age_ms.append(input_age_ms)
+
+    def count(self, key: str, amount: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += amount
+
+    def problem(self, kind: str, reason: str) -> None:
+        with self._lock:
+            self.counts[f"problem.{kind}"] += 1
+            self._problems[kind] = reason
+            self._new_problems.add(kind)
+
+    def latency_percentiles_ms(self) -> tuple[float, float]:
+        with self._lock:
+            if not self._latencies_ms:
+                return float("nan"), float("nan")
+            p50, p99 = np.percentile(np.array(self._latencies_ms), [50, 99])
+            return float(p50), float(p99)
+
+    def status(self, extra: dict[str, str] | None = None) -> DiagnosticStatus:
+        """The current status; clears the "new problems" that made it WARN."""
+        p50, p99 = self.latency_percentiles_ms()
+        with self._lock:
+            if self.model_state == "error":
+                level, message = ERROR, f"model failed to load: {self.model_message}"
+            elif self.model_state != "ready":
+                level, message = WARN, f"model {self.model_state}: {self.model_message}".rstrip(": ")
+            elif self._new_problems:
+                level = WARN
+                message = "; ".join(f"{kind}: {self._problems[kind]}" for kind in sorted(self._new_problems))
+            else:
+                level, message = OK, "planning"
+            self._new_problems.clear()
+            age = float(np.median(self._input_age_ms)) if self._input_age_ms else float("nan")
+            values = {
+                "model_state": self.model_state,
+                "latency_p50_ms": f"{p50:.1f}",
+                "latency_p99_ms": f"{p99:.1f}",
+                "input_age_median_ms": f"{age:.1f}",
+                **{key: str(value) for key, value in sorted(self.counts.items())},
+                **{f"last_problem.{kind}": reason for kind, reason in sorted(self._problems.items())},
+                **(extra or {}),
+            }
+        return DiagnosticStatus(
+            level=level,
+            name=self.name,
+            message=message,
+            hardware_id="wamdiff2",
+            values=[KeyValue(key=k, value=v) for k, v in values.items()],
+        )
+
+    def array(self, stamp, extra: dict[str, str] | None = None) -> DiagnosticArray:
+        msg = DiagnosticArray(status=[self.status(extra)])
+        msg.header.stamp = stamp
+        return msg

@@ -1,0 +1,149 @@
+"""ROS parameters of the nodes: one table each, declared with descriptors, read into plain values.
+
+The tables are the single source of truth: ``config/planner.yaml`` must list exactly these names with these
+defaults (a test checks it), and the README's parameter table is generated from them (``wamdiff2 params``).
+Names group with dots and carry units (``input.sync_slop_s``), as Autoware does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any  # bool, int, float or str: the type is the default's
+    description: str
+    low: float | None = None  # inclusive range for numbers
+    high: float | None = None
+    choices: tuple[str, ...] = ()  # allowed values for strings
+
+    def descriptor(self) -> ParameterDescriptor:
+        description = self.description + (f" One of: {', '.join(self.choices)}." if self.choices else "")
+        descriptor = ParameterDescriptor(name=self.name, description=description)
+        if isinstance(self.default, bool) or self.low is None:
+            return descriptor
+        if isinstance(self.default, int):
+            descriptor.integer_range = [
+                IntegerRange(from_value=int(self.low), to_value=int(self.high), step=1)
+            ]
+        else:
+            descriptor.floating_point_range = [
+                FloatingPointRange(from_value=float(self.low), to_value=float(self.high), step=0.0)
+            ]
+        return descriptor
+
+    def check(self, value: Any) -> Any:
+        """The value, or ValueError naming the parameter, its value and what is allowed."""
+        if self.choices and value not in self.choices:
+            raise ValueError(f"parameter {self.name} = {value!r}: must be one of {self.choices}")
+        if self.low is not None and not isinstance(value, bool) and not self.low <= value <= self.high:
+            raise ValueError(f"parameter {self.name} = {value!r}: must be in [{self.low}, {self.high}]")
+        return value
+
+
+PLANNER_PARAMS: tuple[Param, ...] = (
+    Param(
+        "model.checkpoint", "", "Local checkpoint folder (config.json, *.safetensors); empty: model.preset."
+    ),
+    Param(
+        "model.preset",
+        "tiny",
+        "Random-weight preset used when no checkpoint is given.",
+        choices=("tiny", "2b", "8b"),
+    ),
+    Param("model.device", "cpu", "Torch device of the model, e.g. cpu or cuda:0."),
+    Param("model.dtype", "fp32", "Weights and activations dtype.", choices=("fp32", "bf16", "fp16")),
+    Param("decoder.block_size", 32, "Tokens denoised together (1 = autoregressive).", 1, 64),
+    Param("decoder.steps", 32, "Denoising forwards allowed per block.", 1, 64),
+    Param(
+        "decoder.commit_rule",
+        "low_confidence_dynamic",
+        "Which masked tokens each step commits.",
+        choices=("low_confidence_dynamic", "low_confidence_static", "sequential"),
+    ),
+    Param("decoder.threshold", 0.9, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0),
+    Param("decoder.max_new_tokens", 128, "Answer tokens at most.", 8, 1024),
+    Param(
+        "decoder.grammar", True, "Constrain the planning answer so it always parses into 8 bounded waypoints."
+    ),
+    Param("decoder.max_step_m", 20.0, "Grammar bound on each coordinate per 0.5 s step, metres.", 1.0, 100.0),
+    Param("candidates.count", 4, "Candidate trajectories decoded together for the scorer (1 = none).", 1, 16),
+    Param(
+        "candidates.temperature",
+        0.7,
+        "Sampling temperature of candidates 1..K-1 (candidate 0 is greedy).",
+        0.0,
+        2.0,
+    ),
+    Param("candidates.seed", 0, "Seed of the candidate sampler.", 0, 2**31 - 1),
+    Param("input.compressed", False, "Subscribe to sensor_msgs/CompressedImage instead of Image."),
+    Param(
+        "input.sync_slop_s",
+        0.05,
+        "Largest stamp difference between a frame and its ego state, seconds.",
+        0.0,
+        1.0,
+    ),
+    Param(
+        "input.max_age_s",
+        0.5,
+        "Frames older than this (against the node clock) are dropped, seconds.",
+        0.01,
+        60.0,
+    ),
+    Param(
+        "input.twist_in_parent_frame",
+        False,
+        "Odometry twist is in the parent (world) frame, not the body frame.",
+    ),
+    Param("input.use_imu", True, "Take acceleration from the IMU when fresh, else differentiate velocity."),
+    Param(
+        "input.max_pixels",
+        2_073_600,
+        "Pixel budget of the model's image resize (reference: 1920x1080).",
+        12_544,
+        16_777_216,
+    ),
+    Param("output.frame_id", "base_link", "Ego frame id written into trajectory headers."),
+    Param(
+        "output.detections_every_n",
+        5,
+        "Run the detection prompt every N planned frames (0 = never).",
+        0,
+        1000,
+    ),
+    Param(
+        "fallback.mode",
+        "hold",
+        "On model failure: hold the last plan (shifted in time) for fallback.hold_s, stop, or publish none.",
+        choices=("hold", "stop", "none"),
+    ),
+    Param("fallback.hold_s", 1.0, "How long a held plan stays valid, seconds.", 0.0, 10.0),
+    Param(
+        "qos.image_reliability",
+        "best_effort",
+        "Reliability of the camera subscription.",
+        choices=("best_effort", "reliable"),
+    ),
+    Param("qos.image_depth", 1, "Queue depth of the camera subscription.", 1, 100),
+    Param("diagnostics.period_s", 1.0, "Period of /diagnostics status messages, seconds.", 0.1, 60.0),
+)
+
+
+def declare(node: Node, table: tuple[Param, ...]) -> dict[str, Any]:
+    """Declare every parameter of ``table`` on ``node`` and return the checked values by name.
+
+    Raises:
+        ValueError: a value outside its declared range or choices (names the parameter).
+    """
+    values = {}
+    for param in table:
+        value = node.declare_parameter(param.name, param.default, param.descriptor()).value
+        values[param.name] = param.check(value)
+    return values

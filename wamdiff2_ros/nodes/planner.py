@@ -1,0 +1,389 @@
+"""PlannerNode: camera + ego state -> planned trajectory, K candidates, Path, markers, diagnostics.
+
+Threads: the executor thread only converts and synchronises inputs (cheap) and hands matched frames to a
+newest-input-wins worker, which runs the model; results are published from the worker thread. A slow model
+therefore drops stale frames (counted) and never starves the state callbacks. The model loads on a thread
+of its own at start-up while diagnostics report "loading".
+
+Topics (private, remapped by the launch file):
+  in:  ~/input/image (sensor_msgs/Image, or ~/input/image/compressed with input.compressed),
+       ~/input/odometry (nav_msgs/Odometry), ~/input/imu (sensor_msgs/Imu), ~/input/command (DrivingCommand)
+  out: ~/output/trajectory (PlannedTrajectory), ~/output/candidates (CandidateTrajectories, unscored),
+       ~/output/path (nav_msgs/Path), ~/output/markers (MarkerArray), ~/debug/processing_time_ms (Float64),
+       /diagnostics (DiagnosticArray)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry, Path
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import CompressedImage, Image, Imu
+from std_msgs.msg import Float64, Header
+from visualization_msgs.msg import MarkerArray
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
+from wamdiff2_ros.errors import InputError, Wamdiff2Error
+from wamdiff2_ros.msg import CandidateTrajectories, DrivingCommand, PlannedTrajectory
+from wamdiff2_ros.nodes import qos
+from wamdiff2_ros.nodes.convert.images import compressed_to_numpy, image_to_numpy, to_rgb8
+from wamdiff2_ros.nodes.convert.odometry import (
+    AccelerationFromVelocity,
+    EgoMotion,
+    ego_velocity_mps,
+    imu_acceleration_mps2,
+    stamp_ns,
+)
+from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
+from wamdiff2_ros.nodes.diagnostics import NodeHealth
+from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
+from wamdiff2_ros.nodes.markers import trajectory_markers
+from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare
+from wamdiff2_ros.nodes.sync import ApproximateSync, Match
+from wamdiff2_ros.nodes.worker import LatestInputWorker
+
+COMMAND_WORDS = {
+    DrivingCommand.LEFT: "left",
+    DrivingCommand.STRAIGHT: "straight",
+    DrivingCommand.RIGHT: "right",
+    DrivingCommand.UNKNOWN: "unknown",
+}
+IMU_FRESH_NS = 200_000_000  # an IMU sample older than this (against the odometry stamp) is not used
+
+
+@dataclass(frozen=True)
+class Frame:
+    header: Header
+    image_rgb: np.ndarray
+    received_monotonic_s: float
+
+
+@dataclass
+class HeldPlan:
+    stamp_ns: int
+    waypoints_ego: np.ndarray
+
+
+class PlannerNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("wamdiff2_planner", **kwargs)
+        self.params = declare(self, PLANNER_PARAMS)
+        p = self.params
+        self.health = NodeHealth(self.get_fully_qualified_name())
+        self.sync: ApproximateSync[Frame, EgoMotion] = ApproximateSync(slop_s=p["input.sync_slop_s"])
+        self._sync_lock = threading.Lock()
+        self._acceleration = AccelerationFromVelocity()
+        self._imu: tuple[int, tuple[float, float]] | None = None
+        self._command = DrivingCommand.UNKNOWN
+        self._held: HeldPlan | None = None
+        self._last_received_s: dict[str, float] = {}
+        self.planner: Planner | None = None
+
+        self.pub_trajectory = self.create_publisher(PlannedTrajectory, "~/output/trajectory", qos.RELIABLE)
+        self.pub_candidates = self.create_publisher(
+            CandidateTrajectories, "~/output/candidates", qos.RELIABLE
+        )
+        self.pub_path = self.create_publisher(Path, "~/output/path", qos.RELIABLE)
+        self.pub_markers = self.create_publisher(MarkerArray, "~/output/markers", qos.RELIABLE)
+        self.pub_processing = self.create_publisher(Float64, "~/debug/processing_time_ms", qos.RELIABLE)
+        self.pub_diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", qos.RELIABLE)
+
+        camera_qos = qos.camera(p["qos.image_reliability"], p["qos.image_depth"])
+        if p["input.compressed"]:
+            self.create_subscription(
+                CompressedImage, "~/input/image/compressed", self._on_compressed, camera_qos
+            )
+        else:
+            self.create_subscription(Image, "~/input/image", self._on_image, camera_qos)
+        self.create_subscription(Odometry, "~/input/odometry", self._on_odometry, qos.RELIABLE)
+        self.create_subscription(Imu, "~/input/imu", self._on_imu, qos.RELIABLE)
+        self.create_subscription(DrivingCommand, "~/input/command", self._on_command, qos.RELIABLE)
+        self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics)
+        self.worker = LatestInputWorker(
+            self._infer, self._on_result, self._on_inference_error, name="planner"
+        )
+        threading.Thread(target=self._load_model, name="model-loader", daemon=True).start()
+
+    # --- model ---------------------------------------------------------------------------------------
+
+    def decode_config(self) -> DecodeConfig:
+        p = self.params
+        count = p["candidates.count"]
+        return DecodeConfig(
+            block_size=p["decoder.block_size"],
+            steps=p["decoder.steps"],
+            commit_rule=p["decoder.commit_rule"],
+            threshold=p["decoder.threshold"],
+            max_new_tokens=p["decoder.max_new_tokens"],
+            grammar=p["decoder.grammar"],
+            max_step_m=p["decoder.max_step_m"],
+            candidates=count,
+            temperature=p["candidates.temperature"] if count > 1 else 0.0,
+            seed=p["candidates.seed"],
+        )
+
+    def _load_model(self) -> None:
+        p = self.params
+        source = p["model.checkpoint"] or f"preset {p['model.preset']}"
+        self.health.set_model_state("loading", source)
+        started = time.perf_counter()
+        try:
+            planner = Planner.from_settings(
+                self.decode_config(),
+                checkpoint=p["model.checkpoint"] or None,
+                preset=p["model.preset"],
+                device=p["model.device"],
+                dtype=p["model.dtype"],
+                max_pixels=p["input.max_pixels"],
+            )
+        except Exception as error:  # reported as an ERROR diagnostic; the node stays up
+            self.health.set_model_state("error", f"{type(error).__name__}: {error}")
+            self.get_logger().error(f"model {source} failed to load: {error}")
+            return
+        self.planner = planner
+        self.health.set_model_state("ready", f"{planner.name} in {time.perf_counter() - started:.1f} s")
+        self.get_logger().info(f"model {planner.name} ready on {p['model.device']}")
+
+    # --- inputs (executor thread) --------------------------------------------------------------------
+
+    def _seen(self, topic: str) -> None:
+        self._last_received_s[topic] = time.monotonic()
+
+    def _on_image(self, msg: Image) -> None:
+        self._seen("image")
+        try:
+            rgb = to_rgb8(image_to_numpy(msg), msg.encoding)
+        except InputError as error:
+            self.health.problem("image", str(error))
+            return
+        self._offer_frame(msg.header, rgb)
+
+    def _on_compressed(self, msg: CompressedImage) -> None:
+        self._seen("image")
+        try:
+            pixels, encoding = compressed_to_numpy(msg)
+            rgb = to_rgb8(pixels, encoding)
+        except InputError as error:
+            self.health.problem("image", str(error))
+            return
+        self._offer_frame(msg.header, rgb)
+
+    def _offer_frame(self, header: Header, rgb: np.ndarray) -> None:
+        age_s = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e9
+        if age_s > self.params["input.max_age_s"]:
+            self.health.problem("stale_image", f"frame is {age_s:.2f} s old (input.max_age_s)")
+            return
+        with self._sync_lock:
+            resets = self.sync.counts["reset"]
+            match = self.sync.add_frame(stamp_ns(header), Frame(header, rgb, time.monotonic()))
+            self._note_sync(resets)
+        self._submit(match)
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self._seen("odometry")
+        stamp = stamp_ns(msg.header)
+        try:
+            velocity = ego_velocity_mps(msg, self.params["input.twist_in_parent_frame"])
+        except InputError as error:
+            self.health.problem("state", str(error))
+            return
+        derived = self._acceleration.update(stamp, velocity)
+        imu = self._imu
+        use_imu = self.params["input.use_imu"] and imu is not None and abs(stamp - imu[0]) <= IMU_FRESH_NS
+        motion = EgoMotion(stamp, velocity, imu[1] if use_imu else derived)
+        with self._sync_lock:
+            resets = self.sync.counts["reset"]
+            match = self.sync.add_state(stamp, motion)
+            self._note_sync(resets)
+        self._submit(match)
+
+    def _note_sync(self, resets_before: int) -> None:
+        if self.sync.counts["reset"] > resets_before:
+            self.health.problem("time_jump", "input stamps jumped backwards; synchroniser reset")
+            self._held = None
+
+    def _on_imu(self, msg: Imu) -> None:
+        self._seen("imu")
+        try:
+            self._imu = (stamp_ns(msg.header), imu_acceleration_mps2(msg))
+        except InputError as error:
+            self.health.problem("imu", str(error))
+
+    def _on_command(self, msg: DrivingCommand) -> None:
+        self._seen("command")
+        if msg.command not in COMMAND_WORDS:
+            self.health.problem("command", f"unknown driving command {msg.command}; using UNKNOWN")
+        self._command = msg.command if msg.command in COMMAND_WORDS else DrivingCommand.UNKNOWN
+
+    def _submit(self, match: Match[Frame, EgoMotion] | None) -> None:
+        if match is None:
+            return
+        if self.planner is None:
+            self.health.count("frames_before_model_ready")
+            return
+        self.worker.submit((match, self._command))
+
+    # --- inference (worker thread) -------------------------------------------------------------------
+
+    def _infer(self, item: tuple[Match[Frame, EgoMotion], int]) -> PlanOutput:
+        match, command = item
+        state = match.state
+        inputs = DrivingInputs(
+            match.frame.image_rgb, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2
+        )
+        return self.planner.plan(inputs)
+
+    def _on_result(
+        self, item: tuple[Match[Frame, EgoMotion], int], output: PlanOutput, seconds: float
+    ) -> None:
+        match, command = item
+        header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
+        result, config = output.decode, output.config
+        info = decoder_info(
+            block_size=config.block_size,
+            max_steps=config.steps,
+            steps_used=result.steps_per_block,
+            forwards=result.forwards,
+            commit_rule=config.commit_rule,
+            threshold=config.threshold,
+            temperature=config.temperature,
+            seed=config.seed,
+            grammar_constrained=config.grammar,
+            prefill_ms=result.prefill_s * 1e3,
+            latency_ms=(time.monotonic() - match.frame.received_monotonic_s) * 1e3,
+        )
+        name = self.planner.name
+        candidates = []
+        for candidate in output.candidates:
+            if candidate.waypoints_ego is None:
+                self.health.problem("parse", candidate.parse_error)
+                continue
+            candidates.append(
+                planned_trajectory(
+                    header,
+                    candidate.waypoints_ego,
+                    raw_text=candidate.text,
+                    command=command,
+                    decoder=info,
+                    model_name=name,
+                )
+            )
+        first = output.candidates[0]
+        if first.waypoints_ego is not None:
+            trajectory = candidates[0]
+            self._held = HeldPlan(stamp_ns(header), first.waypoints_ego)
+        else:
+            trajectory = self._fallback(
+                header, match.state, f"model answer did not parse: {first.parse_error}", first.text
+            )
+            if trajectory is None:
+                return
+            trajectory.command, trajectory.decoder, trajectory.model_name = command, info, name
+        self._publish(header, trajectory, candidates, match.state)
+        age_ms = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e6
+        self.health.record_latency(info.latency_ms, age_ms)
+        self.pub_processing.publish(Float64(data=seconds * 1e3))
+
+    def _on_inference_error(self, item: tuple[Match[Frame, EgoMotion], int], error: BaseException) -> None:
+        match, command = item
+        kind = "out_of_memory" if "out of memory" in str(error).lower() else "model"
+        reason = f"{type(error).__name__}: {error}"
+        self.health.problem(kind, reason)
+        if not isinstance(error, Wamdiff2Error):
+            self.get_logger().error(f"inference failed: {reason}")
+        header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
+        trajectory = self._fallback(header, match.state, f"model failed: {reason}", "")
+        if trajectory is not None:
+            trajectory.command = command
+            self._publish(header, trajectory, [], match.state)
+
+    def _fallback(
+        self, header: Header, state: EgoMotion, reason: str, raw_text: str
+    ) -> PlannedTrajectory | None:
+        """The configured fallback plan (always finite), or None for fallback.mode = none."""
+        mode = self.params["fallback.mode"]
+        if mode == "none":
+            return None
+        held = self._held
+        elapsed_s = (stamp_ns(header) - held.stamp_ns) / 1e9 if held is not None else float("inf")
+        if mode == "hold" and 0 <= elapsed_s <= self.params["fallback.hold_s"]:
+            waypoints, how = (
+                advance_plan(held.waypoints_ego, elapsed_s),
+                f"holding the plan of {elapsed_s:.2f} s ago",
+            )
+        else:
+            waypoints, how = stop_trajectory(float(np.hypot(*state.velocity_mps))), "stopping"
+        self.health.count("fallbacks")
+        return planned_trajectory(
+            header,
+            waypoints,
+            status=PlannedTrajectory.STATUS_FALLBACK,
+            status_reason=f"{reason}; {how}",
+            raw_text=raw_text,
+        )
+
+    def _publish(
+        self, header: Header, trajectory: PlannedTrajectory, candidates: list, state: EgoMotion
+    ) -> None:
+        self.pub_trajectory.publish(trajectory)
+        self.pub_candidates.publish(
+            CandidateTrajectories(header=header, candidates=candidates, selected_index=-1)
+        )
+        self.pub_path.publish(path(header, waypoints_of(trajectory)))
+        fallback = trajectory.status == PlannedTrajectory.STATUS_FALLBACK
+        drawn = [waypoints_of(trajectory)] + [waypoints_of(c) for c in candidates[1:]]
+        self.pub_markers.publish(trajectory_markers(header, drawn, 0, "planner", fallback=fallback))
+        self.health.count("plans_published")
+
+    # --- diagnostics ---------------------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        now = time.monotonic()
+        for topic in ("image", "odometry"):
+            last = self._last_received_s.get(topic)
+            if self.planner is not None and (last is None or now - last > 2.0):
+                waited = "never received" if last is None else f"nothing for {now - last:.1f} s"
+                self.health.problem(f"missing_{topic}", f"~/input/{topic}: {waited}")
+        worker = self.worker
+        extra = {
+            "frames_submitted": str(worker.submitted),
+            "frames_dropped_stale": str(worker.dropped),
+            "frames_planned": str(worker.completed),
+            "frames_failed": str(worker.failed),
+            **{f"sync.{key}": str(value) for key, value in sorted(self.sync.counts.items())},
+        }
+        if self.params["model.device"].startswith("cuda"):
+            import torch
+
+            extra["gpu_memory_allocated_mb"] = f"{torch.cuda.memory_allocated() / 2**20:.0f}"
+        self.pub_diagnostics.publish(self.health.array(self.get_clock().now().to_msg(), extra))
+
+    def destroy_node(self) -> None:
+        self.worker.stop()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    try:
+        with rclpy.init(args=args if args is not None else sys.argv):
+            node = PlannerNode()
+            try:
+                rclpy.spin(node)
+            finally:
+                node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Named QoS profiles of the nodes' topics (explicit, never rclpy's implicit defaults)."""
+
+from __future__ import annotations
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+# Planner and scorer outputs, and ego state: every message matters, keep a short queue.
+RELIABLE = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=10,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+
+def camera(reliability: str = "best_effort", depth: int = 1) -> QoSProfile:
+    """Camera subscription: best effort, depth 1 by default, so a slow consumer only ever sees new frames.
+
+    A best-effort subscriber also connects to reliable publishers (the CARLA bridge publishes reliable).
+    Across processes, frames above 512 KiB need a large-data transport (config/fastdds_local_large_data.xml).
+    """
+    policy = ReliabilityPolicy.BEST_EFFORT if reliability == "best_effort" else ReliabilityPolicy.RELIABLE
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=policy, durability=DurabilityPolicy.VOLATILE
+    )
