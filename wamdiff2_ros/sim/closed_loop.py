@@ -64,7 +64,7 @@ class ClosedLoopConfig:
     """
 
     route_length_m: float = 120.0
-    max_duration_s: float = 25.0
+    max_duration_s: float = 40.0
     plan_hz: float = 2.0
     camera: Camera = field(default_factory=lambda: Camera().scaled_to_width(640))
 
