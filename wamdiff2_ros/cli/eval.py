@@ -68,7 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--route-m", type=float, default=120.0, help="route length in metres (default 120)"
     )
     closed_loop.add_argument(
-        "--max-s", type=float, default=25.0, help="time limit per episode (default 25 s)"
+        "--max-s", type=float, default=40.0, help="time limit per episode (default 40 s)"
     )
     closed_loop.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")
     closed_loop.add_argument("--out", type=Path, default=None, help="write report.json here")
