@@ -18,8 +18,8 @@ from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
-from wamdiff2_ros.model.parse import parse_waypoints
-from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt
+from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
+from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt, build_prompt
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 
 
@@ -47,6 +47,20 @@ class PlannedCandidate:
     text: str
     seed: int
     waypoints_ego: np.ndarray | None  # (8, 2) metres, x forward, y left, 0.5 s apart
+    parse_error: str = ""
+
+
+@dataclass(frozen=True)
+class DetectionOutput:
+    """Boxes in pixels of the source image (x1, y1, x2, y2), their labels, the raw answer and its cost.
+
+    ``parse_error`` is set (and the boxes empty) when the answer is not valid grounding JSON.
+    """
+
+    boxes_px: np.ndarray  # (N, 4)
+    labels: tuple[str, ...]
+    text: str
+    decode: DecodeResult
     parse_error: str = ""
 
 
@@ -131,6 +145,32 @@ class Planner:
         )
         result = decode(self.loaded.model, self.loaded.tokenizer, prompt, self.config, self._grammar)
         return PlanOutput(tuple(self._parse(c.text, c.seed) for c in result.candidates), result, self.config)
+
+    @torch.inference_mode()
+    def detect(self, image_rgb: np.ndarray, user_text: str, max_new_tokens: int = 256) -> DetectionOutput:
+        """Run a grounding prompt on one frame (greedy, no grammar) and return boxes in source pixels.
+
+        Args:
+            image_rgb: (H, W, 3) uint8 frame.
+            user_text: the perception prompt with ``<image>`` (the training data's, e.g.
+                ``sim.export.detection_user_text()``).
+            max_new_tokens: answer budget (a box costs about 25 tokens).
+
+        Raises:
+            InputError: unusable image or a prompt without the image placeholder.
+        """
+        prompt = build_prompt(self.loaded.tokenizer, user_text, image_rgb, max_pixels=self.max_pixels)
+        config = replace(
+            self.config, grammar=False, candidates=1, temperature=0.0, max_new_tokens=max_new_tokens
+        )
+        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config)
+        height, width = image_rgb.shape[:2]
+        try:
+            detections = parse_detections(result.text)
+        except ParseError as error:
+            return DetectionOutput(np.zeros((0, 4)), (), result.text, result, str(error))
+        boxes = boxes_to_source_px(detections, (width, height))
+        return DetectionOutput(boxes, tuple(d.label for d in detections), result.text, result)
 
     def _parse(self, text: str, seed: int) -> PlannedCandidate:
         try:
