@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -171,7 +172,7 @@ def test_distill_lowers_the_jsd_to_the_teacher(dataset_dir, sft_run, adapt_run, 
     assert all(0.0 <= r["top_k_overlap"] <= 1.0 and r["jsd"] >= 0.0 for r in rows_logged)
 
 
-def test_interrupted_run_resumes_to_the_same_weights(dataset_dir, tmp_path):
+def test_interrupted_run_resumes_to_the_same_weights_with_a_worker_loader(dataset_dir, tmp_path):
     config = load_config(
         CONFIG_DIR / "train_sft_tiny.yaml",
         overrides(dataset_dir, tmp_path, "max_steps=4", "ckpt_every_steps=2"),
@@ -181,7 +182,7 @@ def test_interrupted_run_resumes_to_the_same_weights(dataset_dir, tmp_path):
     uninterrupted = load_checkpoint(final).model.state_dict()
     shutil.rmtree(final)  # as if the run had stopped after the step-2 checkpoint
     assert sorted(p.name for p in (tmp_path / "B1").iterdir()) == ["step_0000002"]
-    train(config)
+    train(replace(config, num_workers=1))  # records now come from a DataLoader worker: same order
     resumed = load_checkpoint(final).model.state_dict()
     for name, tensor in uninterrupted.items():
         torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)

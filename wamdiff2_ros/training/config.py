@@ -40,6 +40,7 @@ class TrainConfig:
             here weigh 1.0.
         eval_data: task -> JSON file evaluated at the end of each block-size phase (empty = no evaluation).
         eval_samples: records per task evaluated (0 = all).
+        eval_device: where evaluation decodes: ``auto`` (the training device), ``cpu`` or ``cuda``.
         block_sizes: B of each phase, in order; each phase starts from the previous one's weights (Stage I's
             1 -> 4 -> 8 -> 16 -> 32 chain is ``[4, 8, 16, 32]`` started from the B = 1 checkpoint).
         mask_schedule: ``stratified``: one mask ratio per response block, t_i = u_i/N + i/N permuted
@@ -75,9 +76,12 @@ class TrainConfig:
         max_len: longest [prefix | clean | noisy] sequence; longer samples are an error (reference 8192).
         min_pixels: smallest resized image area (reference 12,544).
         max_pixels: largest resized image area (reference 2,073,600; small for CPU runs).
-        dtype: parameter dtype ``fp32`` or ``bf16`` (reference trains in bf16 on GPUs).
+        dtype: parameter (and optimizer state) dtype, ``fp32`` or ``bf16``.
+        autocast_bf16: run forward and backward under bf16 autocast with ``fp32`` parameters: the mixed
+            precision of the reference's FSDP2 bf16 (fp32 master weights; bf16 ones drop small updates).
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         gradient_checkpointing: recompute activations in backward (reference: on, FSDP2).
+        num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
         seed: seeds weights of presets, data order and masks.
         ckpt_every_steps: optimizer steps between resumable checkpoints (reference 100).
         keep_checkpoints: newest resumable checkpoints kept per phase.
@@ -91,6 +95,7 @@ class TrainConfig:
     task_weights: dict[str, float] = field(default_factory=dict)
     eval_data: dict[str, str] = field(default_factory=dict)
     eval_samples: int = 0
+    eval_device: str = "auto"
     block_sizes: list[int] = field(default_factory=lambda: [32])
     mask_schedule: str = "stratified"
     clean_sees_noisy: bool = False
@@ -122,8 +127,10 @@ class TrainConfig:
     min_pixels: int = 12_544
     max_pixels: int = 2_073_600
     dtype: str = "fp32"
+    autocast_bf16: bool = False
     device: str = "auto"
     gradient_checkpointing: bool = False
+    num_workers: int = 0
     seed: int = 0
     ckpt_every_steps: int = 100
     keep_checkpoints: int = 2
@@ -137,6 +144,7 @@ class TrainConfig:
             "generate_commit_rule": COMMIT_RULES,
             "dtype": ("fp32", "bf16"),
             "device": ("cpu", "cuda", "auto"),
+            "eval_device": ("cpu", "cuda", "auto"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -155,8 +163,8 @@ class TrainConfig:
         for name in (*positive, "ckpt_every_steps", "keep_checkpoints", "generate_steps", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_steps < 0 or self.eval_samples < 0 or self.teacher_block_size < 0:
-            raise InputError("max_steps, eval_samples and teacher_block_size must be >= 0")
+        if min(self.max_steps, self.eval_samples, self.teacher_block_size, self.num_workers) < 0:
+            raise InputError("max_steps, eval_samples, teacher_block_size and num_workers must be >= 0")
         if self.max_steps == 0 and not self.epochs > 0:
             raise InputError("set max_steps or a positive epochs")
         if self.global_batch_size % self.local_batch_size:

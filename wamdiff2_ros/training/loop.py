@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.training import checkpoints
 from wamdiff2_ros.training.collate import model_rope_index
 from wamdiff2_ros.training.config import TrainConfig, dump_config
-from wamdiff2_ros.training.data import Record, RecordDataset, epoch_order, load_task_records
+from wamdiff2_ros.training.data import Example, Record, RecordDataset, epoch_order, load_task_records
 from wamdiff2_ros.training.evaluate import evaluate_records
 from wamdiff2_ros.training.forward import MaskedLogits
 from wamdiff2_ros.training.report import append_metrics, plot_loss
@@ -134,6 +135,23 @@ class BatchStream:
         return [self._at(p) for p in range(start, start + self.local)]
 
 
+class MicroBatches(torch.utils.data.Dataset):
+    """Item m: the tokenised examples of global micro-batch m on this rank (read in DataLoader workers)."""
+
+    def __init__(self, dataset: RecordDataset, stream: BatchStream, length: int) -> None:
+        self.dataset, self.stream, self.length = dataset, stream, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, micro_index: int) -> list[Example]:
+        return [self.dataset[i] for i in self.stream.micro_batch(micro_index)]
+
+
+def _as_is(item: list[Example]) -> list[Example]:
+    return item  # examples stay Python objects; collation happens in the main process (it needs the model)
+
+
 def phase_steps(config: TrainConfig, epoch_len: int) -> int:
     """Optimizer steps of a phase: ``max_steps``, else ``epochs`` passes over the task mix."""
     return config.max_steps or max(1, math.ceil(config.epochs * epoch_len / config.global_batch_size))
@@ -202,9 +220,21 @@ class PhaseTrainer:
         checkpoints.load_optimizer_state(latest, self.optimizer)
         return int(checkpoints.read_state(latest)["step"])
 
-    def _micro_step(self, step: int, micro: int) -> tuple[dict, int, int, int]:
-        """Forward and backward of one micro-batch; returns (metrics, tokens, head positions, patches)."""
-        examples = [self.dataset[i] for i in self.stream.micro_batch(step * self.accumulation + micro)]
+    def _loader(self, start_step: int) -> Iterator[list[Example]]:
+        """Examples of every micro-batch from ``start_step`` on, read ahead by ``num_workers`` processes."""
+        first, end = start_step * self.accumulation, self.total_steps * self.accumulation
+        loader = torch.utils.data.DataLoader(
+            MicroBatches(self.dataset, self.stream, end),
+            batch_size=None,
+            sampler=range(first, end),
+            num_workers=self.config.num_workers,
+            collate_fn=_as_is,
+        )
+        return iter(loader)
+
+    def _micro_step(self, step: int, micro: int, examples: list[Example]) -> tuple[dict, dict]:
+        """Forward and backward of one micro-batch; returns (metrics, cost: seq lens, head positions,
+        patches per image)."""
         if self.config.on_policy and step % self.config.generate_interval == 0:
             examples = regenerate(self.model, self.tokenizer, examples, self.config, self.phase.block_size)
         seed = hash((self.config.seed, self.phase.index, step, micro, self.runtime.rank)) % (2**63)
@@ -213,32 +243,43 @@ class PhaseTrainer:
         samples = self.config.local_batch_size * self.accumulation
         last = micro == self.accumulation - 1
         sync = contextlib.nullcontext() if last or self.runtime.world_size == 1 else self.student.no_sync()
-        with sync:
+        autocast = torch.autocast(self.runtime.device.type, torch.bfloat16, enabled=self.config.autocast_bf16)
+        with sync, autocast:
             if self.teacher is None:
                 out = diffusion_loss(self.student, batch, samples)
             else:
                 out = distill_loss(self.student, self.teacher, batch, samples, self.config)
             out["loss"].backward()
-        patches = 0 if batch.pixel_values is None else int(batch.pixel_values.shape[0])
         metrics = {k: v for k, v in out.items() if k != "loss"}
         metrics["loss"] = float(out["loss"].detach())
-        return metrics, batch.num_tokens, int(batch.loss_mask.sum()), patches
+        cost = {
+            "seq_lens": (batch.prefix_lens + 2 * batch.response_lens).tolist(),
+            "head_positions": int(batch.loss_mask.sum()),
+            "image_patches": [] if batch.image_grid_thw is None else batch.image_grid_thw.prod(-1).tolist(),
+        }
+        return metrics, cost
 
-    def _step(self, step: int) -> dict:
+    def _step(self, step: int, batches: Iterator[list[Example]]) -> dict:
         scale = lr_scale(step, self.total_steps, self.warmup)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * scale
         started = time.perf_counter()
         sums: dict[str, float] = {}
-        tokens = head_positions = patches = 0
+        cost: dict[str, list[int]] = {"seq_lens": [], "head_positions": [], "image_patches": []}
+        data_s = 0.0
         for micro in range(self.accumulation):
-            metrics, n_tokens, n_head, n_patches = self._micro_step(step, micro)
+            waited = time.perf_counter()
+            examples = next(batches)
+            data_s += time.perf_counter() - waited  # time the accelerator waits for data (0 when read ahead)
+            metrics, micro_cost = self._micro_step(step, micro, examples)
             for key, value in metrics.items():
                 # loss and ce are already divided by the step's samples: sum them; average the rest
                 sums[key] = sums.get(key, 0.0) + (
                     value if key in ("loss", "ce", "jsd") else value / self.accumulation
                 )
-            tokens, head_positions, patches = tokens + n_tokens, head_positions + n_head, patches + n_patches
+            cost["seq_lens"] += micro_cost["seq_lens"]
+            cost["head_positions"].append(micro_cost["head_positions"])
+            cost["image_patches"] += micro_cost["image_patches"]
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -246,14 +287,9 @@ class PhaseTrainer:
             torch.cuda.synchronize(self.runtime.device)
         seconds = time.perf_counter() - started
         row = _mean_over_ranks(sums, self.runtime)
-        all_tokens = _sum_over_ranks(tokens, self.runtime)
-        # Sequence lengths are approximated by the micro-batch means for the attention term.
-        mean_len = tokens / (self.accumulation * self.config.local_batch_size)
+        all_tokens = _sum_over_ranks(sum(cost["seq_lens"]), self.runtime)
         flops = train_step_flops(
-            self.model.config,
-            [int(mean_len)] * (self.accumulation * self.config.local_batch_size),
-            head_positions,
-            patches,
+            self.model.config, cost["seq_lens"], sum(cost["head_positions"]), cost["image_patches"]
         )
         device_name = (
             torch.cuda.get_device_name(self.runtime.device) if self.runtime.device.type == "cuda" else "cpu"
@@ -267,9 +303,12 @@ class PhaseTrainer:
             "grad_norm": float(grad_norm),
             "tokens": int(all_tokens),
             "step_s": seconds,
+            "data_s": data_s,
             "tokens_per_s": all_tokens / seconds,
             "mfu": mfu(flops, seconds, device_name),
         }
+        if self.runtime.device.type == "cuda":
+            row["max_memory_gib"] = torch.cuda.max_memory_allocated(self.runtime.device) / 2**30
         return row
 
     def _save(self, step: int, final: bool) -> None:
@@ -301,8 +340,9 @@ class PhaseTrainer:
             desc=f"{self.config.stage} {self.phase.name}",
             disable=not (self.config.progress and self.runtime.is_main),
         )
+        batches = self._loader(start)
         for step in range(start, self.total_steps):
-            row = self._step(step)
+            row = self._step(step, batches)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
             if self.runtime.is_main:
@@ -310,6 +350,7 @@ class PhaseTrainer:
                 if (step + 1) % self.config.ckpt_every_steps == 0 and step + 1 < self.total_steps:
                     self._save(step + 1, final=False)
         bar.close()
+        next(batches, None)  # ends the loader: its workers exit now, not inside a later phase's fork
         if self.config.gradient_checkpointing:
             self.model.gradient_checkpointing_disable()
         self.model.eval()
@@ -322,22 +363,28 @@ class PhaseTrainer:
         return final
 
 
-def _evaluate(config: TrainConfig, phase: Phase, model: Qwen3VLForConditionalGeneration, tokenizer) -> dict:
+def _evaluate(
+    config: TrainConfig, phase: Phase, model: Qwen3VLForConditionalGeneration, tokenizer, runtime: Runtime
+) -> dict:
     records = load_task_records(config.eval_data)
     if config.eval_samples:
         by_task: dict[str, list[Record]] = {}
         for record in records:
             by_task.setdefault(record.task, []).append(record)
         records = [r for rows in by_task.values() for r in rows[: config.eval_samples]]
-    return evaluate_records(
-        model,
-        tokenizer,
-        records,
-        phase.block_size,
-        max_new_tokens=config.max_new_tokens,
-        min_pixels=config.min_pixels,
-        max_pixels=config.max_pixels,
-    )
+    eval_device = runtime.device if config.eval_device == "auto" else torch.device(config.eval_device)
+    try:
+        return evaluate_records(
+            model.to(eval_device),
+            tokenizer,
+            records,
+            phase.block_size,
+            max_new_tokens=config.max_new_tokens,
+            min_pixels=config.min_pixels,
+            max_pixels=config.max_pixels,
+        )
+    finally:
+        model.to(runtime.device)
 
 
 def train(config: TrainConfig) -> dict:
@@ -372,7 +419,7 @@ def train(config: TrainConfig) -> dict:
             final = PhaseTrainer(config, phase, runtime, model, tokenizer, records, teacher).run()
         entry: dict = {"phase": phase.name, "checkpoint": str(final)}
         if config.eval_data and runtime.is_main:
-            entry["eval"] = _evaluate(config, phase, model, tokenizer)
+            entry["eval"] = _evaluate(config, phase, model, tokenizer, runtime)
             for task, metrics in entry["eval"].items():
                 row = {"kind": "eval", "phase": phase.name, "step": task, "task": task, **metrics}
                 append_metrics(out_dir / "metrics.jsonl", row)

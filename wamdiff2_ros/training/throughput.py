@@ -30,14 +30,16 @@ def vision_matrix_params(config: Qwen3VLConfig) -> int:
     return vision.depth * per_block
 
 
-def train_step_flops(config: Qwen3VLConfig, seq_lens: list[int], head_positions: int, patches: int) -> float:
+def train_step_flops(
+    config: Qwen3VLConfig, seq_lens: list[int], head_positions: int, image_patches: list[int]
+) -> float:
     """Model FLOPs of forward and backward over one batch.
 
     Args:
         config: the model config.
         seq_lens: real length L of each sample ([prefix | clean | noisy]).
         head_positions: positions scored by the LM head (the masked ones).
-        patches: vision patches in the batch.
+        image_patches: 16x16 patches of each image (the vision tower attends over all of an image's).
 
     Returns:
         FLOPs (forward + backward).
@@ -51,7 +53,11 @@ def train_step_flops(config: Qwen3VLConfig, seq_lens: list[int], head_positions:
         for length in seq_lens
     )
     head = 6 * text.hidden_size * text.vocab_size * head_positions
-    vision = 6 * vision_matrix_params(config) * patches
+    vision_config = config.vision_config
+    vision = sum(
+        6 * vision_matrix_params(config) * n + 3 * 4 * n * n * vision_config.hidden_size * vision_config.depth
+        for n in image_patches
+    )
     return float(dense + attention + head + vision)
 
 
