@@ -19,7 +19,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
 
-from wamdiff2_ros.msg import CandidateTrajectories, DrivingCommand, PlannedTrajectory
+from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.qos import RELIABLE
 
@@ -34,6 +34,8 @@ PARAMS = {
     "diagnostics.period_s": 0.2,
     "input.max_age_s": 30.0,
     "fallback.hold_s": 5.0,
+    "output.detections_every_n": 2,
+    "output.detections_max_tokens": 32,
 }
 OUTPUTS = {
     f"{NODE}/output/trajectory": PlannedTrajectory,
@@ -41,6 +43,7 @@ OUTPUTS = {
     f"{NODE}/output/path": Path,
     f"{NODE}/output/markers": MarkerArray,
     f"{NODE}/debug/processing_time_ms": Float64,
+    f"{NODE}/output/detections": Detections2D,
     "/diagnostics": DiagnosticArray,
 }
 
@@ -150,6 +153,24 @@ def test_candidates_path_and_markers_carry_the_source_stamp(planner) -> None:
     assert len(path.poses) == 9
     markers = probe.received[topics[2]][-1].markers
     assert all(m.header.stamp == stamp and m.header.frame_id == "ego_vehicle" for m in markers)
+
+
+@pytest.mark.ros
+def test_detections_carry_the_image_header_and_size(planner) -> None:
+    process, probe, _ = planner
+    topic = f"{NODE}/output/detections"
+    before = len(probe.received[topic])
+    for _ in range(2):  # output.detections_every_n = 2
+        plan_once(planner)
+    arrived = probe.spin_until(lambda: len(probe.received[topic]) > before, 40)
+    assert arrived, f"no detections; diagnostics:\n{latest_problems(probe)}\nnode:\n{node_output(process)}"
+    detections = probe.received[topic][-1]
+    planned_stamps = [t.header.stamp for t in probe.received[f"{NODE}/output/trajectory"]]
+    assert detections.header.frame_id == "camera_front" and detections.header.stamp in planned_stamps
+    assert (detections.image_width, detections.image_height) == (320, 180)
+    assert detections.raw_text  # random weights: the answer is kept even when it is no valid JSON
+    for box in detections.detections:
+        assert 0 <= box.x_min <= box.x_max <= 320 and 0 <= box.y_min <= box.y_max <= 180
 
 
 def bad_image(encoding: str = "bgr8", data_bytes: int | None = None, shape=(180, 320, 3)) -> Image:

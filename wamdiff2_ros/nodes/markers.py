@@ -1,4 +1,5 @@
-"""rviz MarkerArray of trajectories in the ego frame: candidates thin and grey, the chosen one thick green."""
+"""What rviz shows: trajectories as a MarkerArray in the ego frame (candidates thin and grey, the chosen one
+thick green), and detection boxes drawn onto the camera frame."""
 
 from __future__ import annotations
 
@@ -47,3 +48,23 @@ def trajectory_markers(
         ]
         markers.append(marker)
     return MarkerArray(markers=markers)
+
+
+def draw_boxes(image_bgr: np.ndarray, boxes_px: np.ndarray, labels: Sequence[str]) -> np.ndarray:
+    """A copy of the frame with each box and its label drawn (rviz's Image display shows it)."""
+    import cv2
+
+    canvas = np.ascontiguousarray(image_bgr).copy()
+    for (x1, y1, x2, y2), label in zip(np.asarray(boxes_px).reshape(-1, 4), labels, strict=True):
+        top_left, bottom_right = (round(x1), round(y1)), (round(x2), round(y2))
+        cv2.rectangle(canvas, top_left, bottom_right, (0, 200, 255), 2)
+        cv2.putText(
+            canvas,
+            label,
+            (top_left[0], max(top_left[1] - 4, 10)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.5,
+            (0, 200, 255),
+            1,
+        )
+    return canvas

@@ -112,11 +112,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param("output.frame_id", "base_link", "Ego frame id written into trajectory headers."),
     Param(
-        "output.detections_every_n",
-        5,
-        "Run the detection prompt every N planned frames (0 = never).",
-        0,
-        1000,
+        "output.detections_every_n", 5, "Run the detection prompt after every N-th plan (0 = never).", 0, 1000
+    ),
+    Param(
+        "output.detections_max_tokens",
+        256,
+        "Answer budget of the detection prompt (about 25 per box).",
+        16,
+        2048,
     ),
     Param(
         "fallback.mode",

@@ -9,7 +9,9 @@ Topics (private, remapped by the launch file):
   in:  ~/input/image (sensor_msgs/Image, or ~/input/image/compressed with input.compressed),
        ~/input/odometry (nav_msgs/Odometry), ~/input/imu (sensor_msgs/Imu), ~/input/command (DrivingCommand)
   out: ~/output/trajectory (PlannedTrajectory), ~/output/candidates (CandidateTrajectories, unscored),
-       ~/output/path (nav_msgs/Path), ~/output/markers (MarkerArray), ~/debug/processing_time_ms (Float64),
+       ~/output/path (nav_msgs/Path), ~/output/markers (MarkerArray), ~/output/detections (Detections2D,
+       every output.detections_every_n plans, header = the image's), ~/debug/image_detections (Image, the
+       frame with its boxes, only while subscribed), ~/debug/processing_time_ms (Float64),
        /diagnostics (DiagnosticArray)
 """
 
@@ -33,9 +35,15 @@ from visualization_msgs.msg import MarkerArray
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
-from wamdiff2_ros.msg import CandidateTrajectories, DrivingCommand, PlannedTrajectory
+from wamdiff2_ros.msg import (
+    CandidateTrajectories,
+    Detection2D,
+    Detections2D,
+    DrivingCommand,
+    PlannedTrajectory,
+)
 from wamdiff2_ros.nodes import qos
-from wamdiff2_ros.nodes.convert.images import compressed_to_numpy, image_to_numpy, to_rgb8
+from wamdiff2_ros.nodes.convert.images import compressed_to_numpy, image_to_numpy, numpy_to_image, to_rgb8
 from wamdiff2_ros.nodes.convert.odometry import (
     AccelerationFromVelocity,
     EgoMotion,
@@ -46,10 +54,11 @@ from wamdiff2_ros.nodes.convert.odometry import (
 from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth
 from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
-from wamdiff2_ros.nodes.markers import trajectory_markers
+from wamdiff2_ros.nodes.markers import draw_boxes, trajectory_markers
 from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare
 from wamdiff2_ros.nodes.sync import ApproximateSync, Match
 from wamdiff2_ros.nodes.worker import LatestInputWorker
+from wamdiff2_ros.sim.export import detection_user_text
 
 COMMAND_WORDS = {
     DrivingCommand.LEFT: "left",
@@ -94,7 +103,10 @@ class PlannerNode(Node):
         )
         self.pub_path = self.create_publisher(Path, "~/output/path", qos.RELIABLE)
         self.pub_markers = self.create_publisher(MarkerArray, "~/output/markers", qos.RELIABLE)
+        self.pub_detections = self.create_publisher(Detections2D, "~/output/detections", qos.RELIABLE)
+        self.pub_detection_image = self.create_publisher(Image, "~/debug/image_detections", qos.camera())
         self.pub_processing = self.create_publisher(Float64, "~/debug/processing_time_ms", qos.RELIABLE)
+        self._plans_since_detection = 0
         self.pub_diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", qos.RELIABLE)
 
         camera_qos = qos.camera(p["qos.image_reliability"], p["qos.image_depth"])
@@ -292,6 +304,39 @@ class PlannerNode(Node):
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e6
         self.health.record_latency(info.latency_ms, age_ms)
         self.pub_processing.publish(Float64(data=seconds * 1e3))
+        self._maybe_detect(match.frame)
+
+    def _maybe_detect(self, frame: Frame) -> None:
+        """Every N-th plan, run the detection prompt on the same frame (after the plan is out)."""
+        every = self.params["output.detections_every_n"]
+        self._plans_since_detection += 1
+        if every == 0 or self._plans_since_detection < every:
+            return
+        self._plans_since_detection = 0
+        output = self.planner.detect(
+            frame.image_rgb, detection_user_text(), self.params["output.detections_max_tokens"]
+        )
+        if output.parse_error:
+            self.health.problem("detection_parse", output.parse_error)
+        height, width = frame.image_rgb.shape[:2]
+        detections = [
+            Detection2D(
+                label=label, score=1.0, x_min=float(x1), y_min=float(y1), x_max=float(x2), y_max=float(y2)
+            )
+            for (x1, y1, x2, y2), label in zip(output.boxes_px, output.labels, strict=True)
+        ]
+        self.pub_detections.publish(
+            Detections2D(
+                header=frame.header,
+                image_width=width,
+                image_height=height,
+                detections=detections,
+                raw_text=output.text,
+            )
+        )
+        if self.pub_detection_image.get_subscription_count() > 0:
+            drawn = draw_boxes(frame.image_rgb[:, :, ::-1], output.boxes_px, output.labels)
+            self.pub_detection_image.publish(numpy_to_image(drawn, "bgr8", frame.header))
 
     def _on_inference_error(self, item: tuple[Match[Frame, EgoMotion], int], error: BaseException) -> None:
         match, command = item
@@ -314,14 +359,20 @@ class PlannerNode(Node):
         if mode == "none":
             return None
         held = self._held
-        elapsed_s = (stamp_ns(header) - held.stamp_ns) / 1e9 if held is not None else float("inf")
-        if mode == "hold" and 0 <= elapsed_s <= self.params["fallback.hold_s"]:
+        elapsed_s = (stamp_ns(header) - held.stamp_ns) / 1e9 if held is not None else None
+        if mode == "hold" and elapsed_s is not None and 0 <= elapsed_s <= self.params["fallback.hold_s"]:
             waypoints, how = (
                 advance_plan(held.waypoints_ego, elapsed_s),
                 f"holding the plan of {elapsed_s:.2f} s ago",
             )
         else:
-            waypoints, how = stop_trajectory(float(np.hypot(*state.velocity_mps))), "stopping"
+            waypoints = stop_trajectory(float(np.hypot(*state.velocity_mps)))
+            if mode == "stop":
+                how = "stopping"
+            elif elapsed_s is None:
+                how = "stopping (no plan to hold)"
+            else:
+                how = f"stopping (the last plan is {elapsed_s:.2f} s from this frame, beyond fallback.hold_s)"
         self.health.count("fallbacks")
         return planned_trajectory(
             header,
