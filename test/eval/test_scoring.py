@@ -1,0 +1,51 @@
+"""Online candidate scoring: boxes placed on the ground, corridor bounds, collisions decide the pick."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
+from wamdiff2_ros.geometry import Camera
+
+CAMERA = Camera()  # NAVSIM-like 1920x1080 front camera
+STRAIGHT_10MPS = np.stack([5.0 * np.arange(1, 9), np.zeros(8)], axis=1)
+STOP_AT_6M = np.stack([np.minimum(2.0 * np.arange(1, 9), 6.0), np.zeros(8)], axis=1)
+
+
+def box_around_ground_point(x_m: float, y_m: float, half_width_px: float = 40.0) -> np.ndarray:
+    u, v = CAMERA.project_ego(np.array([[x_m, y_m, 0.0]]))[0]
+    return np.array([u - half_width_px, v - 60.0, u + half_width_px, v])
+
+
+def test_box_bottom_edge_lands_where_the_vehicle_rear_is() -> None:
+    agents = agents_from_boxes(box_around_ground_point(20.0, 1.0)[None], CAMERA, ScorerSettings())
+    assert agents.poses_ego.shape == (1, 8, 3)
+    np.testing.assert_allclose(agents.poses_ego[0, :, :2], np.tile([20.0 + 2.25, 1.0], (8, 1)), atol=1e-6)
+
+
+def test_box_above_the_horizon_is_left_out() -> None:
+    sky = np.array([[900.0, 10.0, 1000.0, 40.0]])
+    assert len(agents_from_boxes(sky, CAMERA, ScorerSettings()).poses_ego) == 0
+
+
+def test_candidate_that_hits_a_detected_car_loses_to_one_that_stops() -> None:
+    agents = agents_from_boxes(box_around_ground_point(12.0, 0.0)[None], CAMERA, ScorerSettings())
+    scores, selected = score_candidates([STRAIGHT_10MPS, STOP_AT_6M], (10.0, 0.0), agents)
+    assert scores[0]["no_collision"] == 0.0 and scores[0]["pdm_score"] == 0.0
+    assert scores[1]["no_collision"] == 1.0 and selected == 1
+
+
+def test_leaving_the_corridor_is_penalised() -> None:
+    swerve = np.stack([5.0 * np.arange(1, 9), -1.5 * np.arange(1, 9)], axis=1)
+    scores, selected = score_candidates(
+        [swerve, STRAIGHT_10MPS], (10.0, 0.0), agents_from_boxes(np.zeros((0, 4)), CAMERA, ScorerSettings())
+    )
+    assert scores[0]["drivable_area"] == 0.0 and selected == 1
+
+
+def test_without_obstacles_progress_decides_and_ties_keep_the_first() -> None:
+    empty = agents_from_boxes(np.zeros((0, 4)), CAMERA, ScorerSettings())
+    scores, selected = score_candidates([STOP_AT_6M, STRAIGHT_10MPS, STRAIGHT_10MPS], (10.0, 0.0), empty)
+    assert selected == 1 and scores[1]["ego_progress"] == pytest.approx(1.0)
+    assert score_candidates([], (0.0, 0.0), empty) == ([], -1)

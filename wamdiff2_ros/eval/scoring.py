@@ -1,0 +1,100 @@
+"""Online PDM-style scoring of candidate trajectories from what a car sees: 2D detections and its own speed.
+
+The offline metrics (``eval.metrics``) know every agent's true future and the drivable area. Online, the
+scorer knows only camera boxes, so it places each box on the ground through the camera model (flat ground,
+the box's bottom edge is the vehicle's rear, the vehicle is aligned with the ego and stays where it is over
+the horizon) and bounds the drivable area by a straight corridor. Progress is measured against the candidate
+that gets farthest, as NAVSIM normalises by its best proposal. Same sub-scores and composition as offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from wamdiff2_ros.eval.metrics import Agents, DrivableArea, ScoringContext, pdm_subscores
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    """Assumptions of online scoring.
+
+    Attributes:
+        lateral_bound_m: half width of the drivable corridor around the ego's x axis.
+        corridor_length_m: how far ahead the corridor reaches.
+        agent_length_m: length of a detected vehicle (its box gives only the rear's position).
+        agent_width_m: width of a detected vehicle.
+    """
+
+    lateral_bound_m: float = 5.0
+    corridor_length_m: float = 200.0
+    agent_length_m: float = 4.5
+    agent_width_m: float = 1.9
+
+
+def agents_from_boxes(boxes_px: np.ndarray, camera: Camera, settings: ScorerSettings) -> Agents:
+    """Detected vehicles as static agents in the ego frame.
+
+    Args:
+        boxes_px: (N, 4) x1, y1, x2, y2 in pixels of the camera's image.
+        camera: the camera that took the image (intrinsics at that image size, mount on the ego).
+        settings: assumed vehicle size.
+
+    Returns:
+        One agent per box whose bottom edge meets the ground ahead (boxes at or above the horizon: none).
+    """
+    boxes = np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4)
+    bottom_centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2.0, boxes[:, 3]], axis=1)
+    rears = camera.pixel_to_ground(bottom_centres) if len(boxes) else np.zeros((0, 2))
+    rears = rears[np.all(np.isfinite(rears), axis=1)]
+    centres = rears + np.array([settings.agent_length_m / 2.0, 0.0])
+    poses = np.zeros((len(centres), NUM_WAYPOINTS, 3))
+    poses[:, :, :2] = centres[:, None, :]
+    sizes = np.tile([settings.agent_length_m, settings.agent_width_m], (len(centres), 1))
+    return Agents(poses, sizes)
+
+
+def corridor(settings: ScorerSettings) -> DrivableArea:
+    """A straight corridor from a little behind the ego to ``corridor_length_m`` ahead."""
+    b, length = settings.lateral_bound_m, settings.corridor_length_m
+    return DrivableArea((np.array([[-10.0, -b], [length, -b], [length, b], [-10.0, b]]),))
+
+
+def score_candidates(
+    candidates_ego: Sequence[np.ndarray],
+    velocity_ego_mps: Sequence[float],
+    agents: Agents,
+    settings: ScorerSettings | None = None,
+) -> tuple[list[dict], int]:
+    """Sub-scores and PDM score of each candidate, and the index of the best (ties: the earliest).
+
+    Args:
+        candidates_ego: (8, 2) waypoint arrays in the ego frame.
+        velocity_ego_mps: the ego's current (vx, vy).
+        agents: detected agents (``agents_from_boxes``).
+        settings: corridor and vehicle assumptions.
+
+    Returns:
+        One dict per candidate (keys of ``eval.metrics.pdm_subscores``) and the selected index (-1 if none).
+
+    Raises:
+        InputError: a candidate is not a finite (8, 2) array.
+    """
+    if not candidates_ego:
+        return [], -1
+    settings = settings or ScorerSettings()
+    farthest = max(candidates_ego, key=lambda c: float(np.linalg.norm(np.asarray(c)[-1])))
+    context = ScoringContext(
+        agents=agents,
+        reference_ego=np.asarray(farthest, dtype=np.float64),
+        velocity_ego_mps=np.asarray(velocity_ego_mps, dtype=np.float64),
+        drivable=corridor(settings),
+        current_agents_ego=agents.poses_ego[:, 0],
+    )
+    scores = [pdm_subscores(np.asarray(c, dtype=np.float64), context) for c in candidates_ego]
+    selected = int(np.argmax([s["pdm_score"] for s in scores]))
+    return scores, selected
