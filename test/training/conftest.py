@@ -25,7 +25,7 @@ def _waypoints(speed_mps: float, lateral_m: float) -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def dataset_dir(tmp_path_factory) -> Path:
-    """planning.json (2 records) and qa.json (2 records) over two seeded 64x96 images."""
+    """planning.json, qa.json and detection.json (2 records each) over two seeded 64x96 images."""
     folder = tmp_path_factory.mktemp("records")
     rng = np.random.default_rng(0)
     planning, qa = [], []
@@ -58,6 +58,18 @@ def dataset_dir(tmp_path_factory) -> Path:
                 ],
             }
         )
+    detection = [
+        {
+            "id": f"s{k}_det",
+            "image": [f"images/s{k}.png"],
+            "conversations": [
+                {"from": "human", "value": "<image>\nLocate every car. Report bbox_2d JSON."},
+                {"from": "gpt", "value": json.dumps([{"bbox_2d": [10, 8, 40 + k, 30], "label": "car"}])},
+            ],
+        }
+        for k in range(2)
+    ]
+    (folder / "detection.json").write_text(json.dumps(detection))
     (folder / "planning.json").write_text(json.dumps(planning))
     (folder / "qa.json").write_text(json.dumps(qa))
     return folder

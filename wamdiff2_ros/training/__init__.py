@@ -1,0 +1,1 @@
+"""Training: AR teacher (sft), progressive block adaptation (adapt) and distillation (distill)."""

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.checkpoint import load_checkpoint
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.training import checkpoints
@@ -198,7 +199,7 @@ class PhaseTrainer:
         self.total_steps = phase_steps(config, self.stream.epoch_len)
         per_step = config.local_batch_size * runtime.world_size
         if config.global_batch_size % per_step:
-            raise ValueError(
+            raise InputError(
                 f"global_batch_size {config.global_batch_size} is not a multiple of local_batch_size x world "
                 f"size ({per_step})"
             )
@@ -244,12 +245,13 @@ class PhaseTrainer:
         last = micro == self.accumulation - 1
         sync = contextlib.nullcontext() if last or self.runtime.world_size == 1 else self.student.no_sync()
         autocast = torch.autocast(self.runtime.device.type, torch.bfloat16, enabled=self.config.autocast_bf16)
-        with sync, autocast:
-            if self.teacher is None:
-                out = diffusion_loss(self.student, batch, samples)
-            else:
-                out = distill_loss(self.student, self.teacher, batch, samples, self.config)
-            out["loss"].backward()
+        with sync:
+            with autocast:
+                if self.teacher is None:
+                    out = diffusion_loss(self.student, batch, samples)
+                else:
+                    out = distill_loss(self.student, self.teacher, batch, samples, self.config)
+            out["loss"].backward()  # outside autocast: backward ops take the forward's dtypes
         metrics = {k: v for k, v in out.items() if k != "loss"}
         metrics["loss"] = float(out["loss"].detach())
         cost = {
@@ -395,6 +397,10 @@ def train(config: TrainConfig) -> dict:
 
     Returns:
         ``{"out_dir", "phases": [{"phase", "checkpoint", "eval"?}]}``.
+
+    Raises:
+        InputError: unreadable records or images, or batch sizes that do not divide over the ranks.
+        CheckpointError: the initial model, the teacher or a checkpoint to resume cannot be loaded.
     """
     runtime = init_runtime(config.device)
     out_dir = Path(config.out_dir)
@@ -426,4 +432,5 @@ def train(config: TrainConfig) -> dict:
         summary["phases"].append(entry)
     if runtime.world_size > 1:
         dist.barrier()
+        dist.destroy_process_group()  # torchrun warns about (and may leak) a group left open at exit
     return summary
