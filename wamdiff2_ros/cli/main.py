@@ -20,6 +20,7 @@ VERB_MODULES = (
     "wamdiff2_ros.cli.train",
     "wamdiff2_ros.cli.sim",
     "wamdiff2_ros.cli.eval",
+    "wamdiff2_ros.cli.bench",
 )
 
 

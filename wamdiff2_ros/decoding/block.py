@@ -34,6 +34,7 @@ def decode_block(
     config: DecodeConfig,
     grammar: PlanningGrammar | None = None,
     ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
+    cache: BlockCache | None = None,
 ) -> DecodeResult:
     """Decode ``config.candidates`` answers to one prompt by block diffusion.
 
@@ -44,6 +45,8 @@ def decode_block(
         config: decode settings (block size, steps, rule, temperature, seed, budget, cache order).
         grammar: planning grammar when ``config.grammar`` is set.
         ids: special token ids.
+        cache: a cache with ``BlockCache``'s methods to decode over (the fast path passes a
+            ``static_cache.StaticBlockCache`` for this B and K); a fresh ``BlockCache`` when None.
 
     Returns:
         The candidates (cut at the first <|im_end|> and at max_new_tokens) and the costs.
@@ -55,11 +58,12 @@ def decode_block(
     step_cap = len(schedule) if schedule is not None else config.steps
     num_blocks = math.ceil(config.max_new_tokens / size)
     columns = grammar.token_ids if grammar is not None else None  # score only what the grammar can emit
-    cache = BlockCache(model, size, rows)
+    cache = cache if cache is not None else BlockCache(model, size, rows)
     cache.prefill(prompt)
     prefill_s = time.perf_counter() - started
-    answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64)
-    finished = torch.zeros(rows, dtype=torch.bool)
+    device = model.device  # block state lives beside the logits (CPU in the tests, the GPU otherwise)
+    answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
     states = [grammar.start_state] * rows if grammar is not None else None
     pending: torch.Tensor | None = None  # committed block not yet in the cache (fused order)
     steps_per_block: list[int] = []
@@ -103,5 +107,13 @@ def decode_block(
         else:
             cache.write(tokens)
     return finish_result(
-        tokenizer, answer, config, ids.eos, cache.forwards, steps_per_block, prompt.length, prefill_s, started
+        tokenizer,
+        answer.cpu(),
+        config,
+        ids.eos,
+        cache.forwards,
+        steps_per_block,
+        prompt.length,
+        prefill_s,
+        started,
     )

@@ -24,7 +24,7 @@ def _top_k_masked(score: torch.Tensor, masked: torch.Tensor, count: int) -> torc
     order = torch.sort(score, dim=-1, descending=True, stable=True).indices
     rank = torch.empty_like(order)
     rank.scatter_(-1, order, torch.arange(score.shape[-1], device=score.device).expand_as(order))
-    limit = torch.minimum(masked.sum(-1, keepdim=True), torch.tensor(count, device=score.device))
+    limit = masked.sum(-1, keepdim=True).clamp_max(count)  # no host-made tensor: safe in a CUDA graph
     return (rank < limit) & masked
 
 

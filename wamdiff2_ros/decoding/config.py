@@ -10,6 +10,7 @@ from wamdiff2_ros.errors import InputError
 COMMIT_RULES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
+BACKENDS = ("eager", "sdpa", "flashinfer")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class DecodeConfig:
             Default 20 m per 0.5 s step (144 km/h).
         suppress_mask_token: never emit the mask id (the reference does not suppress it; pitfall 7).
         Default on.
+        backend: ``eager`` (transformers' forward over a ``DynamicCache``: the reference), ``sdpa`` or
+            ``flashinfer`` (the fast path: static cache, lean forward, that attention; decoding/fast.py).
+        cuda_graphs: fast path only: replay CUDA graphs instead of launching kernels (CUDA devices only).
     """
 
     decoder: str = "block"
@@ -52,9 +56,16 @@ class DecodeConfig:
     grammar: bool = False
     max_step_m: float = 20.0
     suppress_mask_token: bool = True
+    backend: str = "eager"
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
-        choices = {"decoder": DECODERS, "commit_rule": COMMIT_RULES, "cache_order": CACHE_ORDERS}
+        choices = {
+            "decoder": DECODERS,
+            "commit_rule": COMMIT_RULES,
+            "cache_order": CACHE_ORDERS,
+            "backend": BACKENDS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise InputError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -71,6 +82,11 @@ class DecodeConfig:
             raise InputError(
                 f"the ar decoder decodes one token per block; block_size must be 1, got {self.block_size}"
             )
+
+        if self.backend != "eager" and self.decoder != "block":
+            raise InputError(f"backend {self.backend!r} serves the block decoder only, not {self.decoder!r}")
+        if self.cuda_graphs and self.backend == "eager":
+            raise InputError("cuda_graphs needs a fast backend (sdpa or flashinfer), not eager")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:

@@ -60,5 +60,9 @@ def decode(
         raise InputError(f"grammar bound {grammar.max_step_m} m differs from max_step_m {config.max_step_m}")
     elif grammar.min_tokens() > config.max_new_tokens:
         raise InputError(f"max_new_tokens {config.max_new_tokens} is below the shortest planning answer")
+    if config.backend != "eager":
+        from wamdiff2_ros.decoding.fast import FastDecoder  # the fast path is opt-in and imported only then
+
+        return FastDecoder(model, config, prompt.length).decode(tokenizer, prompt, grammar)
     run = decode_ar if config.decoder == "ar" else decode_block
     return run(model, tokenizer, prompt, config, grammar)

@@ -1,0 +1,68 @@
+"""Cost model and benchmark plumbing: the 2b floor matches the research numbers; rows and tables are sound."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from wamdiff2_ros.cli.bench import suite_rows
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.cost import block_floor_ms_per_token, forward_cost
+from wamdiff2_ros.eval.speed import SpeedRow, Timing, format_table, time_call, write_json
+from wamdiff2_ros.model.presets import preset_config
+
+
+def test_2b_forward_reads_3_44_gb_and_floors_at_0_80_ms():
+    # shared/research/gpu_probe.md: 1.721 B text-decoder parameters, 3.44 GB bf16, 0.80 ms at 4.3 TB/s.
+    cost = forward_cost(preset_config("2b").text_config, tokens=32, context=0)
+    assert cost.weight_bytes == pytest.approx(3.44e9, rel=0.01)
+    assert cost.floor_ms() == pytest.approx(0.80, rel=0.01)
+
+
+def test_block_32_with_8_steps_floors_near_a_quarter_of_ar():
+    text = preset_config("2b").text_config
+    fused = block_floor_ms_per_token(text, 32, 8, context=2100, clean_pass=False)
+    reference = block_floor_ms_per_token(text, 32, 8, context=2100, clean_pass=True)
+    assert reference / fused == pytest.approx(9 / 8)
+    assert 0.20 < fused < 0.25  # anchors §4: 0.20 ms/token before the K/V reads
+
+
+def test_kv_bytes_grow_with_context_and_rows():
+    text = preset_config("2b").text_config
+    one = forward_cost(text, 32, 2000, rows=1)
+    four = forward_cost(text, 32, 2000, rows=4)
+    assert four.kv_bytes == 4 * one.kv_bytes == 4 * 2000 * 28 * 2 * 8 * 128 * 2
+
+
+def test_time_call_reports_median_and_p99():
+    timing = time_call(lambda: None, torch.device("cpu"), warmup=0, repeat=7)
+    assert timing.samples == 7 and 0 <= timing.median_ms <= timing.p99_ms
+
+
+def test_every_suite_row_is_a_valid_decode_config():
+    for flashinfer in (False, True):
+        for name, settings in suite_rows("full", flashinfer):
+            DecodeConfig(**settings)
+            assert name
+
+
+def test_rows_serialise_with_derived_columns(tmp_path):
+    row = SpeedRow(
+        name="B32 S8",
+        settings={"block_size": 32},
+        prompt_tokens=100,
+        answer_tokens=128,
+        forwards=32,
+        decode=Timing(64.0, 70.0, 5),
+        plan_ms=80.0,
+        block_forward=Timing(1.0, 1.2, 20),
+        floor_ms_per_token=0.25,
+    )
+    assert "B32 S8" in format_table([row])
+    write_json(tmp_path / "bench.json", {"gpu": "none"}, [row], {})
+    saved = json.loads((tmp_path / "bench.json").read_text())["rows"][0]
+    assert (
+        saved["ms_per_token"] == 0.5 and saved["tokens_per_s"] == 2000 and saved["fraction_of_floor"] == 0.5
+    )

@@ -1,0 +1,139 @@
+"""Fast path on the CPU: static cache + lean forward + SDPA are twins of the eager transformers decoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.fast import FastDecoder
+from wamdiff2_ros.decoding.kv_cache import BlockCache
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache, static_max_len
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.forward import block_causal_logits, head_logits
+from wamdiff2_ros.model.tokenizer import MASK_ID
+
+RULES = ["low_confidence_dynamic", "low_confidence_static", "sequential"]
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, tolerance: float) -> None:
+    difference = (actual - expected).abs().max().item()
+    assert difference <= tolerance, f"max |difference| {difference:.3g} > {tolerance}"
+
+
+def _blocks(rows: int, size: int, count: int) -> list[torch.Tensor]:
+    # Real-looking blocks: random text ids with some mask tokens, fixed by the autouse seed.
+    blocks = []
+    for _ in range(count):
+        block = torch.randint(0, 151_000, (rows, size))
+        block[:, ::3] = MASK_ID
+        blocks.append(block)
+    return blocks
+
+
+@pytest.mark.parametrize("rows", [1, 2], ids=lambda k: f"K{k}")
+def test_static_cache_logits_match_block_cache_in_both_orders(tiny_model, planning_prompt, rows):
+    size = 8
+    eager = BlockCache(tiny_model, size, rows)
+    fast = StaticBlockCache(tiny_model, size, rows, planning_prompt.length, 32)
+    first, second, third = _blocks(rows, size, 3)
+    for cache in (eager, fast):
+        cache.prefill(planning_prompt)
+    _assert_close(
+        head_logits(tiny_model, fast.denoise(first)), head_logits(tiny_model, eager.denoise(first)), 1e-5
+    )
+    eager.write(first)
+    fast.write(first)
+    fused_fast = fast.write_and_denoise(second, third)
+    fused_eager = eager.write_and_denoise(second, third)
+    _assert_close(head_logits(tiny_model, fused_fast), head_logits(tiny_model, fused_eager), 1e-5)
+    assert fast.written == eager.written == 2 * size
+
+
+def test_static_cache_logits_match_the_uncached_block_causal_forward(tiny_model, planning_prompt):
+    size = 4
+    first, second = _blocks(1, size, 2)
+    fast = StaticBlockCache(tiny_model, size, 1, planning_prompt.length, 16)
+    fast.prefill(planning_prompt)
+    fast.write(first)
+    cached = head_logits(tiny_model, fast.denoise(second))
+    full = block_causal_logits(tiny_model, planning_prompt, torch.cat([first, second], 1), size, size)
+    _assert_close(cached, full, 1e-5)
+
+
+@pytest.mark.parametrize("cache_order", ["fused", "reference"])
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("block_size", [1, 8], ids=lambda b: f"B{b}")
+def test_fast_decode_matches_eager_token_for_token(
+    tiny_model, tokenizer, planning_prompt, block_size, rule, cache_order
+):
+    settings = {"block_size": block_size, "steps": 4, "commit_rule": rule, "cache_order": cache_order}
+    settings["max_new_tokens"] = 16
+    eager = decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(**settings))
+    fast = decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(backend="sdpa", **settings))
+    assert fast.token_ids == eager.token_ids
+    assert fast.steps_per_block == eager.steps_per_block
+    assert fast.forwards == eager.forwards
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        pytest.param({"grammar": True, "max_new_tokens": 96}, id="greedy-grammar"),
+        pytest.param({"temperature": 1.0, "seed": 3, "candidates": 3, "max_new_tokens": 32}, id="sampled-K3"),
+    ],
+)
+def test_fast_decode_matches_eager_with_grammar_and_candidates(
+    tiny_model, tokenizer, planning_prompt, grammar, settings
+):
+    eager = decode(
+        tiny_model, tokenizer, planning_prompt, DecodeConfig(block_size=8, steps=4, **settings), grammar
+    )
+    config = DecodeConfig(block_size=8, steps=4, backend="sdpa", **settings)
+    fast = decode(tiny_model, tokenizer, planning_prompt, config, grammar)
+    assert [c.token_ids for c in fast.candidates] == [c.token_ids for c in eager.candidates]
+
+
+def test_fast_decoder_reuses_its_cache_across_prompts(tiny_model, tokenizer, planning_prompt):
+    config = DecodeConfig(block_size=8, steps=4, max_new_tokens=16, backend="sdpa")
+    decoder = FastDecoder(tiny_model, config, planning_prompt.length)
+    first, second = decoder.decode(tokenizer, planning_prompt), decoder.decode(tokenizer, planning_prompt)
+    assert first.token_ids == second.token_ids
+    assert first.forwards == second.forwards
+
+
+def test_static_max_len_leaves_room_for_the_fused_forward():
+    assert static_max_len(prompt_len=10, max_new_tokens=33, block_size=8) == 10 + 6 * 8
+
+
+def test_prompt_longer_than_the_cache_is_refused(tiny_model, planning_prompt):
+    cache = StaticBlockCache(tiny_model, 8, 1, planning_prompt.length - 1, 16)
+    with pytest.raises(InputError, match="exceeds max_prompt_len"):
+        cache.prefill(planning_prompt)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        pytest.param({"backend": "triton"}, "backend must be one of", id="unknown-backend"),
+        pytest.param({"cuda_graphs": True}, "cuda_graphs needs a fast backend", id="graphs-on-eager"),
+        pytest.param(
+            {"decoder": "ar", "block_size": 1, "backend": "sdpa"}, "block decoder only", id="ar-fast"
+        ),
+    ],
+)
+def test_bad_fast_settings_are_refused(settings, message):
+    with pytest.raises(InputError, match=message):
+        DecodeConfig(**settings)
+
+
+def test_cuda_graphs_on_a_cpu_model_are_refused(tiny_model, planning_prompt):
+    with pytest.raises(InputError, match="CUDA graphs need a CUDA model"):
+        StaticBlockCache(tiny_model, 8, 1, planning_prompt.length, 16, cuda_graphs=True)
+
+
+def test_flashinfer_refuses_a_cpu_cache(tiny_model, planning_prompt):
+    pytest.importorskip("flashinfer")
+    with pytest.raises(ValueError, match="CUDA fp16/bf16"):
+        StaticBlockCache(tiny_model, 8, 1, planning_prompt.length, 16, backend="flashinfer")

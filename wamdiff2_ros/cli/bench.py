@@ -1,0 +1,150 @@
+"""``wamdiff2 bench decode|prefill``: speed rows of the decoders on random weights of a preset's real shape.
+
+Speed does not depend on weight values when the number of steps is fixed, so rows use the static commit rule
+(exactly S forwards per block) and random weights. Heavy imports happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+SUITES = ("quick", "full")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="decode and prefill speed on random weights of a preset (GPU rows need --device cuda)",
+        description="Benchmark the eager and fast decoders (docs/BENCHMARKS.md explains the rows). Prints a "
+        "card and a table; --json writes both.",
+    )
+    parser.add_argument("what", choices=("decode", "prefill"), help="what to time")
+    parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
+    parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="bf16", help="weights dtype")
+    parser.add_argument(
+        "--image",
+        default="1920x1080",
+        help="front image size WxH, or several comma-separated (default 1920x1080)",
+    )
+    parser.add_argument(
+        "--suite", choices=SUITES, default="quick", help="quick: headline rows; full: the table"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
+    parser.add_argument("--json", help="write the card and rows to this file")
+    parser.set_defaults(func=run)
+
+
+def suite_rows(suite: str, flashinfer: bool) -> list[tuple[str, dict[str, Any]]]:
+    """Named decode settings of a suite (``low_confidence_static``; fused order unless named).
+
+    Args:
+        suite: ``quick`` or ``full``.
+        flashinfer: FlashInfer is importable (its rows are skipped otherwise).
+
+    Returns:
+        (row name, DecodeConfig settings) pairs.
+    """
+    fast = "flashinfer" if flashinfer else "sdpa"
+    static = {"commit_rule": "low_confidence_static"}
+    rows: list[tuple[str, dict[str, Any]]] = [
+        ("AR hf-eager", {"block_size": 1, "steps": 1}),  # fused order: one forward per token
+        (f"AR static {fast} graphs", {"block_size": 1, "steps": 1, "backend": fast, "cuda_graphs": True}),
+        (
+            f"B32 S8 {fast} graphs fused",
+            {**static, "block_size": 32, "steps": 8, "backend": fast, "cuda_graphs": True},
+        ),
+    ]
+    if suite == "quick":
+        return rows
+    for size in (4, 8, 16, 32):
+        base = {**static, "block_size": size, "steps": 8}
+        rows += [
+            (f"B{size} S8 hf-eager", {**base, "cache_order": "reference"}),
+            (f"B{size} S8 {fast}", {**base, "backend": fast, "cache_order": "reference"}),
+            (
+                f"B{size} S8 {fast} graphs",
+                {**base, "backend": fast, "cuda_graphs": True, "cache_order": "reference"},
+            ),
+            (f"B{size} S8 {fast} graphs fused", {**base, "backend": fast, "cuda_graphs": True}),
+        ]
+    best = {**static, "block_size": 32, "backend": fast, "cuda_graphs": True}
+    rows += [(f"B32 S{steps} {fast} graphs fused", {**best, "steps": steps}) for steps in (4, 16, 32)]
+    rows += [(f"B32 S8 K{k} {fast} graphs fused", {**best, "steps": 8, "candidates": k}) for k in (4, 8, 16)]
+    if flashinfer:
+        rows.append(("B32 S8 sdpa graphs fused", {**best, "steps": 8, "backend": "sdpa"}))
+    return rows
+
+
+def _prompt(tokenizer: Any, size: str) -> Any:
+    import numpy as np
+
+    from wamdiff2_ros.model.prompt import build_planning_prompt
+
+    width, height = (int(v) for v in size.lower().split("x"))
+    image = np.random.default_rng(0).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return build_planning_prompt(tokenizer, image, "straight", (10.0, 0.0), (0.0, 0.0))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.fast import FastDecoder
+    from wamdiff2_ros.decoding.fast_model import LeanDecoder
+    from wamdiff2_ros.eval import speed
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.tokenizer import load_tokenizer
+
+    device = torch.device(args.device)
+    tokenizer = load_tokenizer()
+    model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
+    card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "batch": 1}
+    try:
+        import flashinfer  # noqa: F401 (only whether it imports)
+
+        has_flashinfer = device.type == "cuda"
+    except ImportError:
+        has_flashinfer = False
+    prompts = [_prompt(tokenizer, size) for size in args.image.split(",")]
+    prefills = {p.length: speed.measure_prefill(model, p, 32, repeat=args.repeat) for p in prompts}
+    card["prompts"] = {size: p.length for size, p in zip(args.image.split(","), prompts, strict=True)}
+    print(json.dumps(card))
+    for length, timing in prefills.items():
+        print(f"prefill {length} tokens: median {timing.median_ms:.2f} ms, p99 {timing.p99_ms:.2f} ms")
+    rows: list[speed.SpeedRow] = []
+    if args.what == "decode":
+        lean = LeanDecoder(model)
+        for prompt in prompts:
+            for name, settings in suite_rows(args.suite, has_flashinfer):
+                config = DecodeConfig(max_new_tokens=args.max_new_tokens, **settings)
+                decoder = (
+                    FastDecoder(model, config, prompt.length, lean) if config.backend != "eager" else None
+                )
+                row = speed.measure_decode(
+                    f"{name} P{prompt.length}",
+                    model,
+                    tokenizer,
+                    prompt,
+                    config,
+                    prefills[prompt.length],
+                    decoder,
+                    repeat=args.repeat,
+                )
+                rows.append(row)
+                print(speed.format_table([row]).splitlines()[-1], flush=True)
+                del decoder
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            if args.suite == "full":
+                args.suite = "quick"  # later prompts: headline rows only
+        print(speed.format_table(rows))
+    if args.json:
+        prefill_json = {str(k): v.__dict__ for k, v in prefills.items()}
+        speed.write_json(args.json, card, rows, {"prefill": prefill_json})
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,118 @@
+"""FlashInfer attention over the static cache: paged prefill with page size 1, planned outside the graph.
+
+The static cache's rows are (slot, head, dim) arrays, so slot s of row r is page ``r * max_len + s`` of a
+paged cache with page size 1 (the layout SGLang uses) and no copy is needed. A forward of n = g * B queries
+per row is g "requests" per row, one per B-sized query group, each non-causal over the keys below its
+group's end: the block sees itself whole (``causal=False``; FlashInfer's causal mask is bottom-right aligned)
+and, in the fused order, the committed block does not see the new one, with no custom mask (which would
+disable FA3). ``plan`` runs on the host before a replay (it may not be captured); ``run`` is what a CUDA
+graph holds, on wrappers built with ``use_cuda_graph=True`` and fixed buffers (flashinfer issue #3904: a
+graph over a wrapper without it gives silently wrong output). FlashInfer is imported here only: optional.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+
+WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
+
+
+class FlashInferAttention:
+    """Paged-prefill attention through ``flashinfer.BatchPrefillWithPagedKVCacheWrapper``.
+
+    Args:
+        cache: the static cache (bf16 or fp16; FlashInfer has no fp32 kernels).
+        block_size: B, the query group size.
+        use_cuda_graph: build wrappers whose ``run`` may be captured.
+        query_heads: Hq (a multiple of the cache's Hkv: grouped-query attention).
+
+    Raises:
+        ImportError: FlashInfer is not installed (``requirements/gpu.txt``).
+        ValueError: the cache is not a CUDA fp16/bf16 cache.
+    """
+
+    def __init__(self, cache: StaticKVCache, block_size: int, use_cuda_graph: bool, query_heads: int) -> None:
+        import flashinfer
+
+        if cache.device.type != "cuda" or cache.keys.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(
+                f"FlashInfer needs a CUDA fp16/bf16 cache, got {cache.keys.dtype} on {cache.device}"
+            )
+        self.flashinfer = flashinfer
+        self.cache = cache
+        self.block_size = block_size
+        self.use_cuda_graph = use_cuda_graph
+        self.query_heads = query_heads
+        self.wrappers: dict[int, Any] = {}  # per query length n
+        self.planned: dict[int, int] = {}  # n -> start slot of the current plan
+        self.active: Any = None
+
+    def _wrapper(self, length: int) -> Any:
+        if length not in self.wrappers:
+            requests = self.cache.rows * (length // self.block_size)
+            device = self.cache.device
+            buffers = {}
+            if self.use_cuda_graph:  # graph mode: plan() fills these fixed buffers in place
+                buffers = {
+                    "qo_indptr_buf": torch.empty(requests + 1, dtype=torch.int32, device=device),
+                    "paged_kv_indptr_buf": torch.empty(requests + 1, dtype=torch.int32, device=device),
+                    "paged_kv_indices_buf": torch.empty(
+                        requests * self.cache.max_len, dtype=torch.int32, device=device
+                    ),
+                    "paged_kv_last_page_len_buf": torch.empty(requests, dtype=torch.int32, device=device),
+                }
+            workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            self.wrappers[length] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, **buffers
+            )
+        return self.wrappers[length]
+
+    def plan(self, start: int, length: int) -> None:
+        """Plan ``length`` queries per row from slot ``start`` (host side; skipped when unchanged)."""
+        wrapper = self._wrapper(length)
+        self.active = wrapper
+        if self.planned.get(length) == start:
+            return
+        size, rows, max_len = self.block_size, self.cache.rows, self.cache.max_len
+        groups = length // size
+        kv_lengths = [start + (group + 1) * size for _ in range(rows) for group in range(groups)]
+        indices = torch.cat(
+            [
+                row * max_len + torch.arange(start + (group + 1) * size, dtype=torch.int32)
+                for row in range(rows)
+                for group in range(groups)
+            ]
+        )
+        kv_indptr = torch.zeros(len(kv_lengths) + 1, dtype=torch.int32)
+        kv_indptr[1:] = torch.tensor(kv_lengths, dtype=torch.int32).cumsum(0)
+        _, _, kv_heads, head_dim = self.cache.keys.shape[1:]
+        wrapper.plan(
+            torch.arange(len(kv_lengths) + 1, dtype=torch.int32) * size,
+            kv_indptr,
+            indices,
+            torch.ones(len(kv_lengths), dtype=torch.int32),  # page size 1: every last page is full
+            self.query_heads,
+            kv_heads,
+            head_dim,
+            1,
+            causal=False,
+            q_data_type=self.cache.keys.dtype,
+            kv_data_type=self.cache.keys.dtype,
+        )
+        self.planned[length] = start
+
+    def prepare(self, start: torch.Tensor, length: int) -> None:
+        """Nothing on the device: the plan already holds the key ranges."""
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
+        rows, length, heads, head_dim = q.shape
+        keys, values = self.cache.keys[layer], self.cache.values[layer]  # (K, max_len, Hkv, D)
+        pages = (keys.view(-1, 1, *keys.shape[2:]), values.view(-1, 1, *values.shape[2:]))
+        out = self.active.run(q.reshape(rows * length, heads, head_dim), pages)
+        return out.view(rows, length, heads * head_dim)

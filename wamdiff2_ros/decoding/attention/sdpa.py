@@ -1,0 +1,50 @@
+"""Reference attention over the static cache through ``torch.nn.functional.scaled_dot_product_attention``.
+
+Runs anywhere (CPU tests, GPUs without FlashInfer) and is the twin every other backend is tested against.
+Attends over the whole preallocated cache with a boolean mask, as gpt-fast does, so shapes never change and
+a forward can be captured in a CUDA graph; the cost is reading the unused tail of the cache.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+
+
+class SdpaAttention:
+    """SDPA over the static cache.
+
+    Args:
+        cache: the cache to read.
+        block_size: B; query i of a forward from slot s sees keys below ``s + (i // B + 1) * B``.
+    """
+
+    def __init__(self, cache: StaticKVCache, block_size: int) -> None:
+        self.cache = cache
+        self.block_size = block_size
+        self.mask: torch.Tensor | None = None
+        self.keys = torch.arange(cache.max_len, device=cache.device)  # (max_len,)
+
+    def plan(self, start: int, length: int) -> None:
+        """Host-side planning before a forward: nothing to do for SDPA (the mask is built on the device)."""
+
+    def prepare(self, start: torch.Tensor, length: int) -> None:
+        """Build the (1, 1, n, max_len) mask of a forward of ``length`` queries from slot ``start``."""
+        group = torch.arange(length, device=self.keys.device) // self.block_size
+        limit = start + (group + 1) * self.block_size  # (n,) first invisible slot of each query
+        self.mask = (self.keys[None, :] < limit[:, None])[None, None]
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
+        rows, length = q.shape[:2]
+        keys = self.cache.keys[layer].transpose(1, 2)  # (K, Hkv, max_len, D)
+        values = self.cache.values[layer].transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=self.mask, enable_gqa=True
+        )
+        return out.transpose(1, 2).reshape(rows, length, -1)

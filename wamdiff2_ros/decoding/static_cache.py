@@ -1,0 +1,195 @@
+"""Static KV cache for block decoding: buffers allocated once, prompt prefilled once, blocks written in place.
+
+``StaticKVCache`` owns the buffers (gpt-fast's KVCache idea: callers pass slots, forward never allocates).
+``StaticBlockCache`` offers the methods of ``kv_cache.BlockCache`` (prefill, denoise, write,
+write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
+forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs (graphs.py).
+The prompt (vision included) is encoded by transformers through ``BlockCache.prefill`` and copied in, so
+prompt K/V are the eager path's. Slots: the prompt occupies [0, P), answer token j slot P + j. A denoising
+forward writes the block's K/V into its own slots, which the next forward overwrites: "read-only" is
+free here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import DynamicCache, Qwen3VLForConditionalGeneration
+
+from wamdiff2_ros.decoding.attention import make_attention
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.kv_cache import BlockCache
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.prompt import PromptTensors
+
+
+class StaticKVCache:
+    """K and V buffers of every layer, each (layers, K rows, max_len slots, Hkv, D), allocated once.
+
+    Args:
+        layers: decoder layers.
+        rows: K candidate rows.
+        max_len: slots per row (prompt + answer + room for the fused forward).
+        kv_heads: Hkv.
+        head_dim: D.
+        dtype: K/V dtype (the model's).
+        device: where the buffers live.
+    """
+
+    def __init__(
+        self,
+        layers: int,
+        rows: int,
+        max_len: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.max_len = max_len
+        self.rows = rows
+        self.device = device
+        # NHD per row (slot, head, dim): a slot is one page of FlashInfer's paged layout with page size 1.
+        shape = (layers, rows, max_len, kv_heads, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+
+    def store(self, layer: int, slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Write (K, n, Hkv, D) ``keys``/``values`` at ``slots`` (n,) of ``layer``, in place (graph safe)."""
+        self.keys[layer].index_copy_(1, slots, keys)
+        self.values[layer].index_copy_(1, slots, values)
+
+    def load_prompt(self, cache: DynamicCache, prompt_len: int) -> None:
+        """Copy a batch-1 prompt cache (transformers' ``DynamicCache``) into slots [0, P) of every row.
+
+        Raises:
+            InputError: the prompt does not fit.
+        """
+        if prompt_len > self.max_len:
+            raise InputError(f"prompt of {prompt_len} tokens exceeds the static cache's {self.max_len} slots")
+        for index, layer in enumerate(cache.layers):
+            # transformers keeps (batch, Hkv, P, D); rows share the prompt, so broadcast batch 1 over K.
+            self.keys[index, :, :prompt_len] = layer.keys.transpose(1, 2)
+            self.values[index, :, :prompt_len] = layer.values.transpose(1, 2)
+
+
+def static_max_len(prompt_len: int, max_new_tokens: int, block_size: int) -> int:
+    """Slots a decode needs: the prompt, every answer block, and one more block for the fused forward."""
+    return prompt_len + (math.ceil(max_new_tokens / block_size) + 1) * block_size
+
+
+class StaticBlockCache:
+    """``BlockCache``'s interface over a static cache, the lean forward and an attention backend.
+
+    Long-lived: buffers (and CUDA graphs) are made once for prompts up to ``max_prompt_len`` and reused by
+    every ``prefill``.
+
+    Args:
+        model: the transformers model (prompt encoding; weights of the lean forward).
+        block_size: B.
+        rows: K candidate rows.
+        max_prompt_len: longest prompt this cache takes.
+        max_new_tokens: answer budget.
+        backend: attention backend name (``sdpa`` or ``flashinfer``).
+        cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
+        decoder: a lean decoder to share (built from ``model`` when None).
+
+    Raises:
+        InputError: CUDA graphs asked for on a model that is not on a CUDA device.
+    """
+
+    def __init__(
+        self,
+        model: Qwen3VLForConditionalGeneration,
+        block_size: int,
+        rows: int,
+        max_prompt_len: int,
+        max_new_tokens: int,
+        backend: str = "sdpa",
+        cuda_graphs: bool = False,
+        decoder: LeanDecoder | None = None,
+    ) -> None:
+        if cuda_graphs and model.device.type != "cuda":
+            raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
+        self.model = model
+        self.block_size = block_size
+        self.rows = rows
+        self.max_prompt_len = max_prompt_len
+        self.decoder = decoder or LeanDecoder(model)
+        self.cache = StaticKVCache(
+            self.decoder.num_layers,
+            rows,
+            static_max_len(max_prompt_len, max_new_tokens, block_size),
+            self.decoder.kv_heads,
+            self.decoder.head_dim,
+            model.dtype,
+            model.device,
+        )
+        self.attention = make_attention(backend, self.cache, block_size, cuda_graphs, self.decoder.heads)
+        self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
+        self.forwards = 0
+        self.prompt_len = 0
+        self.rope_delta = 0
+        self.written = 0  # answer tokens whose K/V are final in the cache
+        self.graphs = None
+        if cuda_graphs:
+            from wamdiff2_ros.decoding.graphs import ForwardGraphs
+
+            self.graphs = ForwardGraphs(self.raw_forward)
+
+    def raw_forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(K, n) tokens at slots ``start + [0, n)`` -> (K, n, H) hidden states; no planning, no counting.
+
+        This is what CUDA graphs capture: it reads ``start`` and the backend's plan as they are at replay.
+        """
+        return self.decoder.forward(tokens, self.start, self.rope_delta, self.cache, self.attention)
+
+    def place(self, length: int) -> None:
+        """Point the next forward of ``length`` queries at the first unwritten answer slot (host side)."""
+        slot = self.prompt_len + self.written
+        self.start.fill_(slot)  # a kernel with the value as argument: no host sync
+        self.attention.plan(slot, length)
+
+    def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
+        tokens = tokens.to(self.model.device)
+        self.place(tokens.shape[1])
+        hidden = self.graphs(tokens) if self.graphs is not None else self.raw_forward(tokens)
+        self.forwards += 1
+        return hidden[:, tokens.shape[1] - keep :]
+
+    @torch.no_grad()
+    def prefill(self, prompt: PromptTensors) -> None:
+        """Encode the prompt with transformers (as ``BlockCache.prefill``) and copy its K/V into every row.
+
+        Raises:
+            InputError: the prompt is longer than ``max_prompt_len``.
+        """
+        if prompt.length > self.max_prompt_len:
+            raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
+        eager = BlockCache(self.model, self.block_size, rows=1)
+        eager.prefill(prompt)
+        self.cache.load_prompt(eager.cache, prompt.length)
+        self.prompt_len, self.rope_delta, self.written = prompt.length, eager.rope_delta, 0
+        self.forwards += 1
+
+    @torch.no_grad()
+    def denoise(self, block: torch.Tensor) -> torch.Tensor:
+        """(K, B, H) hidden states of the block at answer offset ``written``; ``written`` is unchanged."""
+        return self._run(block, block.shape[1])
+
+    @torch.no_grad()
+    def write(self, block: torch.Tensor) -> None:
+        """Make a committed block's K/V final (the reference's extra clean forward)."""
+        self._run(block, 1)
+        self.written += block.shape[1]
+
+    @torch.no_grad()
+    def write_and_denoise(self, committed: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        """Fused order: write ``committed`` and return the next ``block``'s hidden states in one forward.
+
+        The attention backend keeps the committed queries from seeing the new block (B-sized query groups).
+        """
+        hidden = self._run(torch.cat([committed.to(block.device), block], dim=1), block.shape[1])
+        self.written += committed.shape[1]
+        return hidden

@@ -1,0 +1,255 @@
+"""Decode and prefill benchmark rows: warm-up, synchronised timing, median and p99, fraction of floor, JSON.
+
+Knows nothing about the CLI; cli/bench.py chooses the rows and prints them. Times are wall-clock around a
+synchronised call (a decode reads tokens back to the host anyway), so they include every launch and sync.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median and 99th percentile of repeated calls, in milliseconds."""
+
+    median_ms: float
+    p99_ms: float
+    samples: int
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device, warmup: int = 1, repeat: int = 5) -> Timing:
+    """Time ``fn`` ``repeat`` times after ``warmup`` untimed calls (compilation, graph capture, caches).
+
+    Args:
+        fn: the work; its result is ignored.
+        device: synchronised before and after every call.
+        warmup: untimed calls first.
+        repeat: timed calls.
+
+    Returns:
+        Median and p99 (nearest rank) over the timed calls.
+
+    Raises:
+        ValueError: ``repeat`` < 1.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        _sync(device)
+        started = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(1e3 * (time.perf_counter() - started))
+    times.sort()
+    p99 = times[min(len(times) - 1, max(0, round(0.99 * len(times)) - 1))]
+    return Timing(median_ms=times[len(times) // 2], p99_ms=p99, samples=len(times))
+
+
+@dataclass
+class SpeedRow:
+    """One benchmark row: a decode configuration and what it measured."""
+
+    name: str
+    settings: dict[str, Any]  # the DecodeConfig fields that differ from the defaults
+    prompt_tokens: int
+    answer_tokens: int  # tokens decoded per candidate (blocks decoded x B, cut at max_new_tokens)
+    forwards: int  # forwards after the prefill, per decode
+    decode: Timing  # the answer alone (whole decode minus the median prefill)
+    plan_ms: float  # median whole decode: prefill + answer
+    block_forward: Timing | None  # one forward of B queries per row over the prompt
+    floor_ms_per_token: float  # forwards x floor per forward / answer tokens
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ms_per_token(self) -> float:
+        """Median answer time per token."""
+        return self.decode.median_ms / max(1, self.answer_tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, derived columns included."""
+        row = asdict(self)
+        row["ms_per_token"] = self.ms_per_token
+        row["tokens_per_s"] = 1e3 / self.ms_per_token
+        row["fraction_of_floor"] = self.floor_ms_per_token / self.ms_per_token
+        return row
+
+
+def device_card(device: torch.device) -> dict[str, Any]:
+    """Date, machine, GPU, driver and library versions for the card above a table."""
+    versions = {}
+    for package in ("torch", "transformers", "flashinfer-python"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    card: dict[str, Any] = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        card["gpu"] = torch.cuda.get_device_name(device)
+        card["cuda"] = torch.version.cuda
+        try:
+            card["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            card["driver"] = None
+    return card
+
+
+def format_table(rows: list[SpeedRow]) -> str:
+    """A fixed-width text table of the rows (medians; p99 of the answer time)."""
+    header = (
+        f"{'row':34} {'ms/tok':>8} {'tok/s':>8} {'p99 ms':>9} {'fwd ms':>8} {'floor':>6} {'plan ms':>9} "
+        f"{'fwds':>5}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        forward = f"{row.block_forward.median_ms:8.3f}" if row.block_forward else f"{'-':>8}"
+        d = row.as_dict()
+        lines.append(
+            f"{row.name:34} {row.ms_per_token:8.3f} {d['tokens_per_s']:8.0f} {row.decode.p99_ms:9.2f} "
+            f"{forward} {d['fraction_of_floor']:6.2f} {row.plan_ms:9.2f} {row.forwards:5d}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path, card: dict[str, Any], rows: list[SpeedRow], extra: dict[str, Any]) -> None:
+    """Write ``{"card", "rows", **extra}`` as JSON."""
+    payload = {"card": card, "rows": [row.as_dict() for row in rows], **extra}
+    Path(path).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def measure_prefill(model: Any, prompt: Any, block_size: int, warmup: int = 1, repeat: int = 5) -> Timing:
+    """Time transformers' prompt encoding (vision tower + block-causal prefill), the same in every row.
+
+    Args:
+        model: the Qwen3-VL model.
+        prompt: prompt tensors (``model/prompt.py``).
+        block_size: B of the prompt's block-causal mask.
+        warmup: untimed calls.
+        repeat: timed calls.
+
+    Returns:
+        The timing.
+    """
+    from wamdiff2_ros.decoding.kv_cache import BlockCache
+
+    return time_call(lambda: BlockCache(model, block_size).prefill(prompt), model.device, warmup, repeat)
+
+
+def measure_decode(
+    name: str,
+    model: Any,
+    tokenizer: Any,
+    prompt: Any,
+    config: Any,
+    prefill: Timing,
+    decoder: Any = None,
+    warmup: int = 1,
+    repeat: int = 5,
+) -> SpeedRow:
+    """Decode one prompt repeatedly with ``config`` and build its row.
+
+    Args:
+        name: row name.
+        model: the model.
+        tokenizer: the tokenizer.
+        prompt: prompt tensors.
+        config: a ``DecodeConfig``.
+        prefill: the prompt's prefill timing (subtracted to get the answer time).
+        decoder: a ``FastDecoder`` to reuse (its graphs stay captured); ``engine.decode`` when None.
+        warmup: untimed decodes (graph capture, JIT).
+        repeat: timed decodes.
+
+    Returns:
+        The row; ``block_forward`` is one B-query forward over the prompt (fast path: as it runs, graph or
+        not; eager: transformers' forward).
+    """
+    from dataclasses import fields
+
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.cost import forward_cost
+    from wamdiff2_ros.decoding.engine import decode
+
+    results = []
+
+    def run() -> None:
+        results.append(
+            decoder.decode(tokenizer, prompt) if decoder else decode(model, tokenizer, prompt, config)
+        )
+
+    whole = time_call(run, model.device, warmup, repeat)
+    result = results[-1]
+    answer_tokens = min(config.max_new_tokens, len(result.steps_per_block) * config.block_size)
+    decode_median = whole.median_ms - prefill.median_ms
+    decode_timing = Timing(decode_median, whole.p99_ms - prefill.median_ms, whole.samples)
+    forwards = result.forwards - 1
+    context = prompt.length + answer_tokens // 2  # a representative mid-answer context
+    size = config.block_size
+    per_forward = forward_cost(model.config.text_config, size, context, config.candidates).floor_ms()
+    block_forward = _time_block_forward(model, prompt, config, decoder)
+    defaults = DecodeConfig()
+    settings = {
+        f.name: getattr(config, f.name)
+        for f in fields(config)
+        if getattr(config, f.name) != getattr(defaults, f.name)
+    }
+    return SpeedRow(
+        name=name,
+        settings=settings,
+        prompt_tokens=prompt.length,
+        answer_tokens=answer_tokens,
+        forwards=forwards,
+        decode=decode_timing,
+        plan_ms=whole.median_ms,
+        block_forward=block_forward,
+        floor_ms_per_token=forwards * per_forward / answer_tokens,
+        note="" if result.candidates[0].stopped is False else "stopped early at <|im_end|>",
+    )
+
+
+def _time_block_forward(model: Any, prompt: Any, config: Any, decoder: Any) -> Timing:
+    # One forward of B queries per row right after the prompt, timed as the decoder runs it.
+    from wamdiff2_ros.decoding.kv_cache import BlockCache
+    from wamdiff2_ros.model.tokenizer import MASK_ID
+
+    block = torch.full(
+        (config.candidates, config.block_size), MASK_ID, dtype=torch.int64, device=model.device
+    )
+    if decoder is None:
+        cache = BlockCache(model, config.block_size, config.candidates)
+        cache.prefill(prompt)
+        return time_call(lambda: cache.denoise(block), model.device, 2, 20)
+    cache = decoder.cache
+    cache.prefill(prompt)
+    return time_call(lambda: cache.denoise(block), model.device, 2, 20)
