@@ -55,6 +55,8 @@ class CameraIntrinsics:
         return np.array([[self.fx_px, 0.0, self.cx_px], [0.0, self.fy_px, self.cy_px], [0.0, 0.0, 1.0]])
 
 
+NEAR_PLANE_M = 0.5  # points closer to the lens than this are clipped before projection
+
 # NAVSIM CAM_F0 is 1920x1080 with a focal length near 1546 px (about 64 degrees horizontal).
 NAVSIM_FRONT_INTRINSICS = CameraIntrinsics(1920, 1080, 1546.0, 1546.0, 960.0, 540.0)
 

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.geometry import NEAR_PLANE_M, Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
-
-NEAR_M = 0.5
 
 
 def _pyplot():
@@ -29,7 +27,7 @@ def trajectory_pixels(camera: Camera, waypoints_ego: np.ndarray) -> np.ndarray:
     points = np.concatenate([np.zeros((1, 2)), np.asarray(waypoints_ego, dtype=np.float64)])
     points_ego = np.concatenate([points, np.zeros((len(points), 1))], axis=1)
     optical = camera.ego_to_optical(points_ego)
-    return camera.project_optical(optical[optical[:, 2] > NEAR_M])
+    return camera.project_optical(optical[optical[:, 2] > NEAR_PLANE_M])
 
 
 def plot_trajectories_on_image(

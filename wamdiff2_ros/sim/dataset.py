@@ -128,7 +128,7 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
             episodes += 1
             taken = episode_samples[: config.samples - len(samples)]
             for sample in taken:
-                (config.out_dir / sample["image_path"]).write_bytes(sample["png"])
+                (config.out_dir / sample["image_path"]).write_bytes(sample.pop("png"))
             samples += taken
             bar.update(len(taken))
             if len(samples) >= config.samples:

@@ -48,8 +48,12 @@ class Traffic(IDMVehicle):
 
 
 class JunctionTraffic(Traffic):
-    """Traffic at junctions. highway-env's intersection sets IDM constants on its vehicle class; giving it
-    this subclass keeps those changes away from every other scene in the process."""
+    """Traffic at four-way junctions. highway-env's intersection sets IDM constants on its vehicle class;
+    giving it this subclass keeps those changes away from every other scene in the process."""
+
+
+class RoundaboutTraffic(Traffic):
+    """Traffic at roundabouts (its own class, so no other environment's class-wide settings reach it)."""
 
 
 class ExpertDriver(Traffic):

@@ -13,10 +13,9 @@ import cv2
 import numpy as np
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.geometry import Camera, box_corners_3d, clip_polygon_near, map_to_ego
+from wamdiff2_ros.geometry import NEAR_PLANE_M, Camera, box_corners_3d, clip_polygon_near, map_to_ego
 from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
 
-NEAR_M = 0.5  # near clipping plane in front of the lens
 MAX_RANGE_M = 150.0  # nothing farther is drawn
 MARKING_WIDTH_M = 0.15
 STRIPE_ON_M, STRIPE_PERIOD_M = 3.0, 9.0
@@ -72,11 +71,11 @@ def _project_polygons(camera: Camera, polygons_ego: np.ndarray) -> list[np.ndarr
     if len(polygons_ego) == 0:
         return []
     optical = camera.ego_to_optical(polygons_ego)  # (P, K, 3)
-    in_front = optical[..., 2] >= NEAR_M
+    in_front = optical[..., 2] >= NEAR_PLANE_M
     whole = in_front.all(axis=1)
     out = list(camera.project_optical(optical[whole]))
     for polygon in optical[in_front.any(axis=1) & ~whole]:
-        clipped = clip_polygon_near(polygon, NEAR_M)
+        clipped = clip_polygon_near(polygon, NEAR_PLANE_M)
         if len(clipped) >= 3:
             out.append(camera.project_optical(clipped))
     return out

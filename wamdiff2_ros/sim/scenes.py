@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.geometry import wrap_angle
 
 SIM_HZ = 10
 SIM_DT_S = 1.0 / SIM_HZ
-SCENE_KINDS = ("highway", "intersection")
+SCENE_KINDS = ("highway", "intersection", "roundabout")
+SCENE_KIND_WEIGHTS = (0.5, 0.3, 0.2)  # how often a seed draws each kind
 CAR_HEIGHT_M = 1.5
 CULL_RADIUS_M = 200.0
 LINE_NAMES = {0: "none", 1: "striped", 2: "continuous", 3: "continuous"}  # highway-env LineType values
@@ -144,7 +146,7 @@ class Scene:
         self.lanes = tuple(_lane_geometry(lane) for lane in self.road.network.lanes_list())
         self.expert_route = list(self.ego.route) if self.ego.route else None
         self.expert_target_speed_mps = float(self.ego.target_speed)
-        from wamdiff2_ros.sim.drivers import CurveSpeedProfile
+        from wamdiff2_ros.sim.drivers import CurveSpeedProfile  # imports highway-env, so not at module level
 
         self.expert_profile = CurveSpeedProfile(self.route_map)
         self.ego.speed_profile = self.expert_profile
@@ -171,7 +173,7 @@ class Scene:
     def snapshot(self) -> Snapshot:
         """The current state, in the map frame."""
         ego_yaw_rad = -float(self.ego.heading)
-        yaw_change_rad = (ego_yaw_rad - self._last_yaw_rad + np.pi) % (2 * np.pi) - np.pi
+        yaw_change_rad = float(wrap_angle(ego_yaw_rad - self._last_yaw_rad))
         return Snapshot(
             time_s=self.time_s,
             ego=_agent_state(self.ego, 0),
@@ -373,22 +375,44 @@ def _lane_at(net, lane_id: int, s_m: float):
         node += 1
 
 
-def _make_intersection(seed: int, rng: np.random.Generator) -> Scene:
-    from highway_env.envs.intersection_env import IntersectionEnv
+@dataclass(frozen=True)
+class _JunctionEnv:
+    """A highway-env junction environment used only for its road and initial traffic."""
+
+    env_class: str  # import path
+    traffic_class: str  # our Traffic subclass for its vehicles (the env may set class-wide IDM constants)
+    destinations: tuple[str, ...]  # exit nodes the ego may be routed to
+    extra_config: dict
+
+
+JUNCTIONS = {
+    "intersection": _JunctionEnv(
+        "highway_env.envs.intersection_env.IntersectionEnv",
+        "wamdiff2_ros.sim.drivers.JunctionTraffic",
+        ("o1", "o2", "o3"),
+        {"spawn_probability": 0.0},
+    ),
+    "roundabout": _JunctionEnv(
+        "highway_env.envs.roundabout_env.RoundaboutEnv",
+        "wamdiff2_ros.sim.drivers.RoundaboutTraffic",
+        ("exr", "nxr", "wxr"),
+        {},
+    ),
+}
+
+
+def _make_junction(kind: str, seed: int, rng: np.random.Generator) -> Scene:
+    """A junction scene: highway-env builds the road and traffic; the expert takes the ego's seat."""
+    from highway_env import utils
 
     from wamdiff2_ros.sim.drivers import ExpertDriver
 
-    destination = str(rng.choice(["o1", "o2", "o3"]))
-    n_vehicles = int(rng.integers(1, 9))
-    env = IntersectionEnv(
-        config={
-            "initial_vehicle_count": n_vehicles,
-            "destination": destination,
-            "simulation_frequency": SIM_HZ,
-            "spawn_probability": 0.0,
-            "other_vehicles_type": "wamdiff2_ros.sim.drivers.JunctionTraffic",
-        }
-    )
+    spec = JUNCTIONS[kind]
+    destination = str(rng.choice(spec.destinations))
+    config = {"simulation_frequency": SIM_HZ, "other_vehicles_type": spec.traffic_class, **spec.extra_config}
+    if kind == "intersection":
+        config["initial_vehicle_count"] = int(rng.integers(1, 9))
+    env = utils.class_from_path(spec.env_class)(config=config)
     env.reset(seed=seed)
     road = env.unwrapped.road
     road.neighbour_vehicles_connected_lanes = True
@@ -399,15 +423,15 @@ def _make_intersection(seed: int, rng: np.random.Generator) -> Scene:
     road.vehicles[road.vehicles.index(mdp_ego)] = ego
     env.close()
     facts = {
-        "kind": "intersection",
+        "kind": kind,
         "n_lanes": 1,
         "ego_lane_from_left": 1,
-        "density": f"{n_vehicles} vehicles",
-        "event": "junction",
+        "density": f"{len(road.vehicles) - 1} vehicles",
+        "event": f"exit {destination}",
         "speed_limit_mps": float(mdp_ego.lane.speed_limit),
     }
     route = route_polyline(road.network, ego.lane_index, ego.route)
-    return Scene("intersection", seed, road, ego, route, facts)
+    return Scene(kind, seed, road, ego, route, facts)
 
 
 def make_scene(seed: int, kind: str | None = None) -> Scene:
@@ -424,8 +448,7 @@ def make_scene(seed: int, kind: str | None = None) -> Scene:
         raise InputError(f"seed must be non-negative, got {seed}")
     import_highway_env()
     rng = np.random.default_rng(seed)
-    kind = kind or str(rng.choice(SCENE_KINDS, p=[0.6, 0.4]))
-    builders = {"highway": _make_highway, "intersection": _make_intersection}
-    if kind not in builders:
+    kind = kind or str(rng.choice(SCENE_KINDS, p=SCENE_KIND_WEIGHTS))
+    if kind not in SCENE_KINDS:
         raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {kind!r}")
-    return builders[kind](seed, rng)
+    return _make_highway(seed, rng) if kind == "highway" else _make_junction(kind, seed, rng)
