@@ -139,6 +139,39 @@ PLANNER_PARAMS: tuple[Param, ...] = (
 )
 
 
+SCORER_PARAMS: tuple[Param, ...] = (
+    Param(
+        "corridor.lateral_bound_m",
+        5.0,
+        "Half width of the drivable corridor around the ego's x axis, m.",
+        0.5,
+        50.0,
+    ),
+    Param("corridor.length_m", 200.0, "How far ahead the drivable corridor reaches, m.", 10.0, 1000.0),
+    Param("agents.length_m", 4.5, "Assumed length of a detected vehicle, m.", 0.5, 30.0),
+    Param("agents.width_m", 1.9, "Assumed width of a detected vehicle, m.", 0.3, 5.0),
+    Param(
+        "detections.max_age_s",
+        1.0,
+        "Detections older than this (against the candidates' stamp) are ignored, s.",
+        0.0,
+        60.0,
+    ),
+    Param(
+        "camera.horizontal_fov_deg",
+        64.0,
+        "Camera field of view when no camera_info arrived, degrees.",
+        1.0,
+        179.0,
+    ),
+    Param("camera.mount_x_m", 1.5, "Camera position ahead of the ego origin, m.", -10.0, 10.0),
+    Param("camera.mount_y_m", 0.0, "Camera position left of the ego origin, m.", -5.0, 5.0),
+    Param("camera.height_m", 1.6, "Camera height above the ground, m.", 0.1, 10.0),
+    Param("camera.pitch_down_rad", 0.03, "Downward pitch of the camera, rad.", -0.5, 0.5),
+    Param("diagnostics.period_s", 1.0, "Period of /diagnostics status messages, seconds.", 0.1, 60.0),
+)
+
+
 def declare(node: Node, table: tuple[Param, ...]) -> dict[str, Any]:
     """Declare every parameter of ``table`` on ``node`` and return the checked values by name.
 
