@@ -50,6 +50,8 @@ setup(
     entry_points={
         "console_scripts": [
             "wamdiff2 = wamdiff2_ros.cli.main:main",
+            "wamdiff2-planner = wamdiff2_ros.nodes.planner:main",
+            "wamdiff2-scorer = wamdiff2_ros.nodes.scorer:main",
         ],
     },
 )

@@ -226,9 +226,15 @@ def stage_resources() -> None:
         shutil.rmtree(share / folder, ignore_errors=True)
         if (ROOT / folder).is_dir():
             shutil.copytree(ROOT / folder, share / folder)
-    shutil.rmtree(STAGE / "lib" / PACKAGE, ignore_errors=True)
-    if (ROOT / "scripts").is_dir():
-        shutil.copytree(ROOT / "scripts", STAGE / "lib" / PACKAGE)
+    executables = STAGE / "lib" / PACKAGE
+    shutil.rmtree(executables, ignore_errors=True)
+    executables.mkdir(parents=True)
+    for script in sorted((ROOT / "scripts").glob("*")):
+        # Point the shebang at this environment's interpreter, as pip does for its own scripts.
+        body = script.read_text().split("\n", 1)[1]
+        target = executables / script.name
+        target.write_text(f"#!{sys.executable}\n{body}")
+        target.chmod(0o755)
 
 
 def install_stage() -> None:

@@ -34,18 +34,18 @@ def node_command(module: str, namespace: str, params: dict, remaps: dict | None 
     return command
 
 
-def start_node(module: str, namespace: str, params: dict, remaps: dict | None = None) -> subprocess.Popen:
-    """The node in its own process group, its output in a temporary file (see ``node_output``)."""
+def start_process(command: list[str]) -> subprocess.Popen:
+    """A node process in its own process group, its output in a temporary file (see ``node_output``)."""
     log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the process)
     process = subprocess.Popen(
-        node_command(module, namespace, params, remaps),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        command, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
     process.log = log
     return process
+
+
+def start_node(module: str, namespace: str, params: dict, remaps: dict | None = None) -> subprocess.Popen:
+    return start_process(node_command(module, namespace, params, remaps))
 
 
 def node_output(process: subprocess.Popen) -> str:

@@ -1,0 +1,120 @@
+"""planner.launch.py's nodes, started exactly as the launch file starts them (launch itself is not installable
+here): the installed executables under lib/wamdiff2_ros/, the YAML parameter files, the remappings."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from nav_msgs.msg import Odometry
+from rcl_interfaces.srv import GetParameters
+from ros_harness import Probe, node_output, start_process, stop_node
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+
+from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
+from wamdiff2_ros.nodes.convert.images import numpy_to_image
+from wamdiff2_ros.nodes.launch_spec import TOPICS, node_specs, ros_arguments, transport_environment
+from wamdiff2_ros.nodes.qos import RELIABLE
+
+REPO = Path(__file__).resolve().parents[2]
+EXECUTABLES = Path(sys.prefix) / "lib" / "wamdiff2_ros"
+
+
+def start(spec, extra_parameters: dict | None = None) -> subprocess.Popen:
+    """As launch_ros does: the executable from lib/<package>/ with the spec's --ros-args."""
+    arguments = ros_arguments(spec)
+    for name, value in (extra_parameters or {}).items():
+        arguments += ["-p", f"{name}:={value}"]
+    return start_process([str(EXECUTABLES / spec.executable), *arguments])
+
+
+def get_parameters(probe: Probe, node: str, names: list[str]) -> list:
+    client = probe.node.create_client(GetParameters, f"/{node}/get_parameters")
+    assert probe.spin_until(lambda: client.service_is_ready(), 30), f"{node} offers no parameter service"
+    future = client.call_async(GetParameters.Request(names=names))
+    assert probe.spin_until(future.done, 10)
+    return future.result().values
+
+
+@pytest.fixture
+def launched(ros_context, request):
+    preset = request.param
+    specs = node_specs(REPO, preset=preset, model_preset="tiny")
+    fast = {"decoder.steps": 4, "candidates.count": 2, "input.max_age_s": 30.0, "diagnostics.period_s": 0.5}
+    processes = [start(specs[0], fast), start(specs[1])]
+    probe = Probe(
+        ros_context,
+        f"launch_probe_{preset}",
+        {
+            "/wamdiff2_planner/output/trajectory": PlannedTrajectory,
+            "/wamdiff2_scorer/output/scored": CandidateTrajectories,
+        },
+    )
+    yield preset, processes, probe
+    probe.close()
+    for process in processes:
+        stop_node(process)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.parametrize("launched", ["default", "carla"], indirect=True)
+def test_launched_nodes_read_the_yaml_and_plan_through_the_scorer(launched) -> None:
+    preset, (planner, scorer), probe = launched
+    values = get_parameters(
+        probe, "wamdiff2_planner", ["decoder.block_size", "output.frame_id", "model.preset"]
+    )
+    frame_id = "ego_vehicle" if preset == "carla" else "base_link"
+    assert [values[0].integer_value, values[1].string_value, values[2].string_value] == [32, frame_id, "tiny"]
+    fov = get_parameters(probe, "wamdiff2_scorer", ["camera.horizontal_fov_deg"])[0].double_value
+    assert fov == (90.0 if preset == "carla" else 64.0)
+
+    topics = TOPICS[preset]
+    image_pub = probe.node.create_publisher(Image, topics["image"], RELIABLE)
+    odometry_pub = probe.node.create_publisher(Odometry, topics["odometry"], RELIABLE)
+    encoding = "bgra8" if preset == "carla" else "bgr8"  # the CARLA bridge sends bgra8
+    frame = np.zeros((120, 160, 4 if encoding == "bgra8" else 3), np.uint8)
+
+    def stream():
+        stamp = probe.node.get_clock().now().to_msg()
+        odometry = Odometry(header=Header(stamp=stamp, frame_id="map"))
+        odometry.twist.twist.linear.x = 4.0
+        odometry_pub.publish(odometry)
+        image_pub.publish(numpy_to_image(frame, encoding, Header(stamp=stamp, frame_id="camera")))
+        odometry_pub.publish(odometry)
+
+    def planned_and_scored() -> bool:
+        return bool(probe.received["/wamdiff2_scorer/output/scored"])
+
+    arrived = probe.spin_until(planned_and_scored, 90, during=stream)
+    assert arrived, f"planner:\n{node_output(planner)}\nscorer:\n{node_output(scorer)}"
+    scored = probe.received["/wamdiff2_scorer/output/scored"][-1]
+    assert scored.header.frame_id == frame_id and len(scored.scores) == len(scored.candidates) >= 1
+    assert 0 <= scored.selected_index < len(scored.candidates)
+
+
+def test_transport_profile_is_set_unless_the_user_chose_one() -> None:
+    profile = transport_environment(REPO, {})
+    assert Path(profile["FASTDDS_DEFAULT_PROFILES_FILE"]).is_file()
+    assert transport_environment(REPO, {"FASTDDS_BUILTIN_TRANSPORTS": "LARGE_DATA"}) == {}
+    assert transport_environment(REPO, {"FASTDDS_DEFAULT_PROFILES_FILE": "/mine.xml"}) == {}
+
+
+def test_unknown_config_preset_is_rejected() -> None:
+    with pytest.raises(ValueError, match="config preset must be one of"):
+        node_specs(REPO, preset="autoware")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("launch_ros") is None, reason="launch_ros is not installable here"
+)
+def test_launch_file_builds_a_description() -> None:  # pragma: no cover - runs only where ROS launch exists
+    spec = importlib.util.spec_from_file_location("planner_launch", REPO / "launch" / "planner.launch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.generate_launch_description().entities

@@ -1,0 +1,131 @@
+"""What ``launch/planner.launch.py`` starts, as plain data: executables, names, parameter files, remappings.
+
+The launch file turns these specs into launch_ros ``Node`` actions; tests start the very same executables
+with the same arguments as processes (launch itself is not installable here), so both stay in step.
+Config presets: ``default`` (generic topics) and ``carla`` (the CARLA ROS bridge, role ``ego_vehicle``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE = "wamdiff2_ros"
+CONFIG_PRESETS = ("default", "carla")
+TRANSPORT_PROFILE = "fastdds_local_large_data.xml"
+
+# External topic names per preset: planner and scorer inputs are remapped onto them.
+TOPICS = {
+    "default": {
+        "image": "/camera/front/image_raw",
+        "compressed": "/camera/front/image_raw/compressed",
+        "camera_info": "/camera/front/camera_info",
+        "odometry": "/odometry",
+        "imu": "/imu",
+        "command": "/driving_command",
+    },
+    "carla": {
+        "image": "/carla/ego_vehicle/rgb_front/image",
+        "compressed": "/carla/ego_vehicle/rgb_front/image/compressed",
+        "camera_info": "/carla/ego_vehicle/rgb_front/camera_info",
+        "odometry": "/carla/ego_vehicle/odometry",
+        "imu": "/carla/ego_vehicle/imu",
+        "command": "/carla/ego_vehicle/driving_command",
+    },
+}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    executable: str  # in lib/wamdiff2_ros/
+    name: str
+    parameter_files: tuple[Path, ...]
+    parameters: dict = field(default_factory=dict)  # overrides, applied after the files
+    remappings: tuple[tuple[str, str], ...] = ()
+
+
+def config_files(share_dir: Path, preset: str) -> tuple[Path, ...]:
+    """planner.yaml, then the preset's overrides (later files win)."""
+    if preset not in CONFIG_PRESETS:
+        raise ValueError(f"config preset must be one of {CONFIG_PRESETS}, got {preset!r}")
+    files = [share_dir / "config" / "planner.yaml"]
+    if preset != "default":
+        files.append(share_dir / "config" / f"{preset}.yaml")
+    return tuple(files)
+
+
+def node_specs(
+    share_dir: Path,
+    *,
+    preset: str = "default",
+    model: str = "",
+    model_preset: str = "",
+    use_sim_time: bool = False,
+) -> list[NodeSpec]:
+    """Planner and scorer as the launch file starts them.
+
+    Args:
+        share_dir: the package's share directory (holds config/).
+        preset: config preset (``CONFIG_PRESETS``).
+        model: checkpoint folder; empty keeps the YAML's ``model.checkpoint``.
+        model_preset: random-weight model preset; empty keeps the YAML's ``model.preset``.
+        use_sim_time: follow /clock (bag replay with --clock, CARLA).
+    """
+    files = config_files(share_dir, preset)
+    topics = TOPICS[preset]
+    common = {"use_sim_time": use_sim_time}
+    planner_overrides = dict(common)
+    if model:
+        planner_overrides["model.checkpoint"] = model
+    if model_preset:
+        planner_overrides["model.preset"] = model_preset
+    planner = "~/input/"
+    return [
+        NodeSpec(
+            "planner_node",
+            "wamdiff2_planner",
+            files,
+            planner_overrides,
+            (
+                (f"{planner}image", topics["image"]),
+                (f"{planner}image/compressed", topics["compressed"]),
+                (f"{planner}odometry", topics["odometry"]),
+                (f"{planner}imu", topics["imu"]),
+                (f"{planner}command", topics["command"]),
+            ),
+        ),
+        NodeSpec(
+            "scorer_node",
+            "wamdiff2_scorer",
+            files,
+            dict(common),
+            (
+                ("~/input/candidates", "/wamdiff2_planner/output/candidates"),
+                ("~/input/detections", "/wamdiff2_planner/output/detections"),
+                ("~/input/camera_info", topics["camera_info"]),
+                ("~/input/odometry", topics["odometry"]),
+            ),
+        ),
+    ]
+
+
+def transport_environment(share_dir: Path, environ: dict | None = None) -> dict[str, str]:
+    """The large-data DDS transport for every node, unless the user already chose a transport."""
+    environ = os.environ if environ is None else environ
+    if "FASTDDS_DEFAULT_PROFILES_FILE" in environ or "FASTDDS_BUILTIN_TRANSPORTS" in environ:
+        return {}
+    return {"FASTDDS_DEFAULT_PROFILES_FILE": str(share_dir / "config" / TRANSPORT_PROFILE)}
+
+
+def ros_arguments(spec: NodeSpec) -> list[str]:
+    """The ``--ros-args`` a launch_ros Node with this spec passes to its process."""
+    arguments = ["--ros-args", "-r", f"__node:={spec.name}"]
+    for parameter_file in spec.parameter_files:
+        arguments += ["--params-file", str(parameter_file)]
+    for name, value in spec.parameters.items():
+        rendered = str(value).lower() if isinstance(value, bool) else str(value)
+        arguments += ["-p", f"{name}:={rendered}"]
+    for source, target in spec.remappings:
+        arguments += ["-r", f"{source}:={target}"]
+    return arguments
