@@ -9,9 +9,13 @@ from wamdiff2_ros.sim.render import CAR_COLOURS_RGB, ROAD_RGB, encode_png, rende
 from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
 
 CAMERA = Camera(CameraIntrinsics(320, 180, 250.0, 250.0, 160.0, 90.0), CameraMount(1.5, 0.0, 1.6, 0.0))
+X_M = np.arange(-20.0, 200.0, 2.0)
 STRAIGHT_LANE = (
     LaneGeometry(
-        np.stack([np.arange(-20.0, 200.0, 2.0), np.zeros(110)], axis=1), 4.0, "continuous", "continuous"
+        np.stack([X_M, np.full(110, 2.0)], 1),
+        np.stack([X_M, np.full(110, -2.0)], 1),
+        "continuous",
+        "continuous",
     ),
 )
 

@@ -22,6 +22,8 @@ COMMAND_LOOKAHEAD_M = 50.0  # a turn within this distance along the route sets t
 TURN_THRESHOLD_RAD = np.radians(45.0)
 CURVE_LOOKAHEAD_M = 80.0
 CURVE_THRESHOLD_RAD = np.radians(10.0)
+# Lanes widened by a hand's breadth: highway-env's junction lanes do not tile the road surface exactly.
+DRIVABLE_MARGIN_M = 0.3
 DRIVABLE_RANGE_M = 150.0  # beyond the farthest waypoint (4 s at 30 m/s) plus a car length
 MIN_VISIBLE_FRACTION = 0.25
 MIN_BOX_HEIGHT_PX = 4.0
@@ -142,7 +144,7 @@ def drivable_polygons(lanes: tuple[LaneGeometry, ...], snapshot: Snapshot) -> tu
             continue
         index = np.flatnonzero(near)
         keep = slice(max(index[0] - 1, 0), index[-1] + 2)  # one sample beyond the range on both ends
-        left, right = (edge[keep] for edge in lane.boundaries())
+        left, right = (edge[keep] for edge in lane.boundaries(DRIVABLE_MARGIN_M))
         polygon_map = np.concatenate([left, right[::-1]])
         polygons.append(map_to_ego(polygon_map, snapshot.ego.xy, snapshot.ego.yaw_rad))
     return tuple(polygons)
@@ -253,15 +255,13 @@ def expert_plan(scene: Scene) -> np.ndarray:
     the copy is stepped for 4 s: the plan is what the data-generating expert would do from here. The live
     scene is not touched.
     """
-    from wamdiff2_ros.sim.drivers import ExpertDriver
-
     # The lane network is immutable: share it instead of copying it. All traffic is copied: MOBIL weighs
     # vehicles far behind in the next lane, so dropping any would change the expert's decisions.
     road = copy.deepcopy(scene.road, memo={id(scene.road.network): scene.road.network})
     index = scene.road.vehicles.index(scene.ego)
     seat = road.vehicles[index]
     lane_index = _route_lane(road.network, scene.expert_route, seat)
-    expert = ExpertDriver(
+    expert = scene.expert_class(
         road,
         seat.position,
         seat.heading,
@@ -269,6 +269,7 @@ def expert_plan(scene: Scene) -> np.ndarray:
         target_lane_index=lane_index,
         target_speed=scene.expert_target_speed_mps,
         route=_remaining_route(scene.expert_route, lane_index),
+        enable_lane_change=scene.expert_lane_change,
         timer=getattr(seat, "timer", None),  # MOBIL's lane-change clock, when the seat has one
     )
     expert.speed_profile = scene.expert_profile

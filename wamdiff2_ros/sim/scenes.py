@@ -72,20 +72,23 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class LaneGeometry:
-    """A lane's centreline sampled in the map frame, its width and the painted line on each side."""
+    """A strip of road surface: its left and right edges sampled in the map frame and each edge's paint."""
 
-    centre_map: np.ndarray  # (N, 2) metres, in driving order
-    width_m: float
+    left_map: np.ndarray  # (N, 2) metres, in driving order
+    right_map: np.ndarray  # (N, 2)
     left_line: str  # none | striped | continuous
     right_line: str
 
-    def boundaries(self) -> tuple[np.ndarray, np.ndarray]:
-        """Left and right edges (N, 2) of the lane."""
-        tangent = np.gradient(self.centre_map, axis=0)
-        tangent /= np.linalg.norm(tangent, axis=1, keepdims=True)
-        left_normal = np.stack([-tangent[:, 1], tangent[:, 0]], axis=1)
-        half = self.width_m / 2.0
-        return self.centre_map + half * left_normal, self.centre_map - half * left_normal
+    @property
+    def centre_map(self) -> np.ndarray:
+        """The centreline (N, 2)."""
+        return (self.left_map + self.right_map) / 2.0
+
+    def boundaries(self, margin_m: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Left and right edges (N, 2), each moved outwards by ``margin_m``."""
+        across = self.left_map - self.right_map
+        outward = margin_m * across / np.maximum(np.linalg.norm(across, axis=1, keepdims=True), 1e-9)
+        return self.left_map + outward, self.right_map - outward
 
 
 def to_map_xy(position_hw: np.ndarray) -> np.ndarray:
@@ -93,14 +96,38 @@ def to_map_xy(position_hw: np.ndarray) -> np.ndarray:
     return np.array([position_hw[0], -position_hw[1]], dtype=np.float64)
 
 
+def _edges(lane, s_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right edge points (map frame) of a highway-env lane at arc length ``s_m``."""
+    half_m = lane.width_at(s_m) / 2.0
+    return to_map_xy(lane.position(s_m, -half_m)), to_map_xy(lane.position(s_m, half_m))
+
+
 def _lane_geometry(lane, step_m: float = 2.0) -> LaneGeometry:
     n = max(2, int(np.ceil(lane.length / step_m)) + 1)
-    s_m = np.linspace(0.0, lane.length, n)
-    centre = np.array([to_map_xy(lane.position(s, 0.0)) for s in s_m])
-    # highway-env's lateral axis points right of the driving direction, so line_types[0] is the left line.
+    left, right = zip(*(_edges(lane, s) for s in np.linspace(0.0, lane.length, n)), strict=True)
+    # highway-env's line_types[0] is the line at lateral -width/2: the left edge.
     return LaneGeometry(
-        centre, float(lane.width_at(0.0)), LINE_NAMES[lane.line_types[0]], LINE_NAMES[lane.line_types[1]]
+        np.array(left), np.array(right), LINE_NAMES[lane.line_types[0]], LINE_NAMES[lane.line_types[1]]
     )
+
+
+def _lane_connectors(network) -> list[LaneGeometry]:
+    """Unpainted strips that bridge each lane's end to the start of the lanes that follow it, where the two do
+    not meet (highway-env's roundabout entries and exits leave wedges of grass otherwise)."""
+    connectors = []
+    for ends in network.graph.values():
+        for end_node, lanes in ends.items():
+            for lane_id, lane in enumerate(lanes):
+                for next_lanes in network.graph.get(end_node, {}).values():
+                    following = next_lanes[min(lane_id, len(next_lanes) - 1)]
+                    (left_a, right_a), (left_b, right_b) = _edges(lane, lane.length), _edges(following, 0.0)
+                    if np.linalg.norm((left_a + right_a - left_b - right_b) / 2) > 0.05:
+                        connectors.append(
+                            LaneGeometry(
+                                np.stack([left_a, left_b]), np.stack([right_a, right_b]), "none", "none"
+                            )
+                        )
+    return connectors
 
 
 @dataclass
@@ -132,6 +159,8 @@ class Scene:
     expert_route: list | None = None  # the IDM expert's route and desired speed, kept for expert re-plans
     expert_target_speed_mps: float = 0.0
     expert_profile: object = None  # drivers.CurveSpeedProfile of the route
+    expert_lane_change: bool = True
+    expert_class: type | None = None  # drivers.ExpertDriver or a subclass
 
     def agent_id(self, vehicle) -> int:
         """A stable id for ``vehicle`` (0 is the ego) that survives removal of other vehicles."""
@@ -143,9 +172,12 @@ class Scene:
         return self._agent_ids[key][0]
 
     def __post_init__(self) -> None:
-        self.lanes = tuple(_lane_geometry(lane) for lane in self.road.network.lanes_list())
+        lanes = [_lane_geometry(lane) for lane in self.road.network.lanes_list()]
+        self.lanes = tuple(lanes + _lane_connectors(self.road.network))
         self.expert_route = list(self.ego.route) if self.ego.route else None
         self.expert_target_speed_mps = float(self.ego.target_speed)
+        self.expert_lane_change = bool(self.ego.enable_lane_change)
+        self.expert_class = type(self.ego)
         from wamdiff2_ros.sim.drivers import CurveSpeedProfile  # imports highway-env, so not at module level
 
         self.expert_profile = CurveSpeedProfile(self.route_map)
@@ -405,7 +437,7 @@ def _make_junction(kind: str, seed: int, rng: np.random.Generator) -> Scene:
     """A junction scene: highway-env builds the road and traffic; the expert takes the ego's seat."""
     from highway_env import utils
 
-    from wamdiff2_ros.sim.drivers import ExpertDriver
+    from wamdiff2_ros.sim.drivers import JunctionExpert
 
     spec = JUNCTIONS[kind]
     destination = str(rng.choice(spec.destinations))
@@ -417,7 +449,8 @@ def _make_junction(kind: str, seed: int, rng: np.random.Generator) -> Scene:
     road = env.unwrapped.road
     road.neighbour_vehicles_connected_lanes = True
     mdp_ego = env.unwrapped.vehicle
-    ego = ExpertDriver.create_from(mdp_ego)
+    ego = JunctionExpert.create_from(mdp_ego)
+    ego.enable_lane_change = False  # in junctions the expert keeps to its route's lane
     ego.plan_route_to(destination)
     ego.target_speed = mdp_ego.lane.speed_limit
     road.vehicles[road.vehicles.index(mdp_ego)] = ego
