@@ -22,8 +22,8 @@ COMMAND_LOOKAHEAD_M = 50.0  # a turn within this distance along the route sets t
 TURN_THRESHOLD_RAD = np.radians(45.0)
 CURVE_LOOKAHEAD_M = 80.0
 CURVE_THRESHOLD_RAD = np.radians(10.0)
-# Lanes widened by a hand's breadth: highway-env's junction lanes do not tile the road surface exactly.
-DRIVABLE_MARGIN_M = 0.3
+# Lanes widened by half a metre: highway-env's junction lanes do not tile the road surface exactly.
+DRIVABLE_MARGIN_M = 0.5
 DRIVABLE_RANGE_M = 150.0  # beyond the farthest waypoint (4 s at 30 m/s) plus a car length
 MIN_VISIBLE_FRACTION = 0.25
 MIN_BOX_HEIGHT_PX = 4.0
