@@ -186,3 +186,26 @@ def test_interrupted_run_resumes_to_the_same_weights_with_a_worker_loader(datase
     resumed = load_checkpoint(final).model.state_dict()
     for name, tensor in uninterrupted.items():
         torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
+def test_model_wise_distill_takes_a_larger_teacher_at_the_same_block_size(dataset_dir, tokenizer, tmp_path):
+    from wamdiff2_ros.model.checkpoint import save_checkpoint
+    from wamdiff2_ros.model.presets import preset_config
+
+    config = preset_config("tiny")
+    config.text_config.num_hidden_layers = 4  # twice the student's depth, wider MLP: the "8b" of this test
+    config.text_config.intermediate_size = 256
+    teacher_dir = save_checkpoint(build_model(config, seed=3), tmp_path / "teacher", tokenizer)
+    extra = [
+        "model=tiny",
+        f"teacher={teacher_dir}",
+        "block_sizes=[8]",
+        "teacher_block_size=8",
+        "max_steps=2",
+    ]
+    train(
+        load_config(CONFIG_DIR / "train_distill_tiny.yaml", overrides(dataset_dir, tmp_path / "run", *extra))
+    )
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["jsd"] > 0.0 for r in rows)
+    assert load_checkpoint(tmp_path / "run" / "B8" / "final").model.config.text_config.num_hidden_layers == 2
