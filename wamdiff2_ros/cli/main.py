@@ -21,6 +21,7 @@ VERB_MODULES = (
     "wamdiff2_ros.cli.sim",
     "wamdiff2_ros.cli.eval",
     "wamdiff2_ros.cli.bench",
+    "wamdiff2_ros.cli.bag",
 )
 
 

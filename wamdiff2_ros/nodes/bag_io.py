@@ -1,0 +1,176 @@
+"""Bag replay and recording without rosbag2: rosbags reads and writes the files, rclpy moves raw CDR.
+
+``play`` publishes a rosbag2 bag (MCAP or sqlite3) in stamp order at ``rate`` times real time, the bytes as
+stored (no deserialisation). With ``clock`` it publishes ``/clock`` from the bag's time at ``clock_hz``, as
+``ros2 bag play --clock`` does, and leaves out a ``/clock`` topic recorded in the bag so there is one time
+source. ``record`` writes what arrives on some topics into a new MCAP bag (receive time as the bag time).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rosgraph_msgs.msg import Clock
+
+from wamdiff2_ros.sim.bags import find_msg_file
+
+CLOCK_TOPIC = "/clock"
+
+
+def message_class(type_name: str):
+    """The rclpy message class of ``pkg/msg/Name``.
+
+    Raises:
+        ValueError: malformed name, or no such installed message type.
+    """
+    try:
+        package, kind, name = type_name.split("/")
+        return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    except (ValueError, ImportError, AttributeError) as error:
+        raise ValueError(f"message type {type_name!r} is not installed here ({error})") from None
+
+
+def package_typestore():
+    """A Kilted rosbags typestore that also knows every message of this package (from its .msg files)."""
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    typestore = get_typestore(Stores.ROS2_KILTED)
+    types = {}
+    for msg_file in sorted(find_msg_file("DrivingCommand").parent.glob("*.msg")):
+        types.update(get_types_from_msg(msg_file.read_text(), f"wamdiff2_ros/msg/{msg_file.stem}"))
+    typestore.register(types)
+    return typestore
+
+
+def play(
+    node: Node,
+    path: Path,
+    *,
+    rate: float = 1.0,
+    clock: bool = False,
+    clock_hz: float = 40.0,
+    topics: Sequence[str] = (),
+    discovery_wait_s: float = 1.0,
+) -> Counter:
+    """Publish a bag through ``node``; returns messages published per topic.
+
+    Args:
+        node: the node that owns the publishers (not spun here: publishing needs no executor).
+        path: bag directory (rosbag2 MCAP or sqlite3, metadata.yaml version <= 9).
+        rate: playback speed, > 0.
+        clock: publish /clock from the bag's time.
+        clock_hz: /clock rate in bag time.
+        topics: only these topics (all when empty).
+        discovery_wait_s: pause after creating the publishers so subscribers can match.
+
+    Raises:
+        ValueError: rate <= 0, or a message type that is not installed here.
+        rosbags.rosbag2.ReaderError: the bag cannot be read.
+    """
+    from rosbags.rosbag2 import Reader
+
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    published: Counter = Counter()
+    with Reader(path) as reader:
+        connections = [
+            c
+            for c in reader.connections
+            if (not topics or c.topic in topics) and not (clock and c.topic == CLOCK_TOPIC)
+        ]
+        publishers = {
+            c.id: node.create_publisher(message_class(c.msgtype), c.topic, QoSProfile(depth=10))
+            for c in connections
+        }
+        clock_publisher = node.create_publisher(Clock, CLOCK_TOPIC, QoSProfile(depth=10)) if clock else None
+        time.sleep(discovery_wait_s)
+        wall_start, bag_start, next_clock_ns = time.monotonic(), None, None
+        clock_step_ns = int(1e9 / clock_hz)
+        for connection, stamp_ns, raw in reader.messages(connections=connections):
+            bag_start = stamp_ns if bag_start is None else bag_start
+            next_clock_ns = stamp_ns if next_clock_ns is None else next_clock_ns
+            # /clock ticks due before this message go out at their own (scaled) wall times.
+            while clock_publisher is not None and next_clock_ns <= stamp_ns:
+                _sleep_until(wall_start + (next_clock_ns - bag_start) / 1e9 / rate)
+                clock_publisher.publish(_clock(next_clock_ns))
+                published[CLOCK_TOPIC] += 1
+                next_clock_ns += clock_step_ns
+            _sleep_until(wall_start + (stamp_ns - bag_start) / 1e9 / rate)
+            publishers[connection.id].publish(bytes(raw))  # raw CDR, as stored
+            published[connection.topic] += 1
+    return published
+
+
+def _sleep_until(wall_s: float) -> None:
+    delay = wall_s - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _clock(stamp_ns: int) -> Clock:
+    msg = Clock()
+    msg.clock.sec, msg.clock.nanosec = divmod(stamp_ns, 1_000_000_000)
+    return msg
+
+
+def record(
+    node: Node, path: Path, topics: Sequence[str], duration_s: float, type_wait_s: float = 5.0
+) -> Counter:
+    """Record ``topics`` into a new MCAP bag at ``path`` for ``duration_s``; returns messages per topic.
+
+    Topic types are taken from the ROS graph (waiting up to ``type_wait_s`` for each to appear).
+
+    Raises:
+        ValueError: a topic whose type did not appear, or one with several types.
+        rosbags.rosbag2.WriterError: ``path`` exists already.
+    """
+    from rclpy.executors import SingleThreadedExecutor
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    types = _topic_types(node, topics, type_wait_s)
+    typestore = package_typestore()
+    recorded: Counter = Counter()
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        connections = {t: writer.add_connection(t, types[t], typestore=typestore) for t in topics}
+
+        def store(topic: str, raw: bytes) -> None:
+            writer.write(connections[topic], node.get_clock().now().nanoseconds, raw)
+            recorded[topic] += 1
+
+        subscriptions = [
+            node.create_subscription(
+                message_class(types[t]), t, lambda raw, t=t: store(t, raw), QoSProfile(depth=100), raw=True
+            )
+            for t in topics
+        ]
+        executor = SingleThreadedExecutor(context=node.context)
+        executor.add_node(node)
+        deadline = time.monotonic() + duration_s
+        while time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=min(0.1, max(deadline - time.monotonic(), 0.0)))
+        executor.remove_node(node)
+        for subscription in subscriptions:
+            node.destroy_subscription(subscription)
+    return recorded
+
+
+def _topic_types(node: Node, topics: Sequence[str], wait_s: float) -> dict[str, str]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        graph = dict(node.get_topic_names_and_types())
+        if all(t in graph for t in topics) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    missing = [t for t in topics if t not in graph]
+    if missing:
+        raise ValueError(f"no publisher of {missing} appeared within {wait_s} s, so their types are unknown")
+    ambiguous = {t: graph[t] for t in topics if len(graph[t]) != 1}
+    if ambiguous:
+        raise ValueError(f"topics with several types cannot be recorded: {ambiguous}")
+    return {t: graph[t][0] for t in topics}
