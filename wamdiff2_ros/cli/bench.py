@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 SUITES = ("quick", "full")
@@ -21,7 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Benchmark the eager and fast decoders (docs/BENCHMARKS.md explains the rows). Prints a "
         "card and a table; --json writes both.",
     )
-    parser.add_argument("what", choices=("decode", "prefill"), help="what to time")
+    parser.add_argument(
+        "what", choices=("decode", "prefill", "plot"), help="what to time (plot: draw the chain of --input)"
+    )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="bf16", help="weights dtype")
@@ -36,6 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     parser.add_argument("--json", help="write the card and rows to this file")
+    parser.add_argument("--input", help="plot: a JSON file written by --json")
+    parser.add_argument("--out", default="docs/decode_latency_chain.png", help="plot: PNG to write")
     parser.set_defaults(func=run)
 
 
@@ -63,21 +68,22 @@ def suite_rows(suite: str, flashinfer: bool) -> list[tuple[str, dict[str, Any]]]
         return rows
     for size in (4, 8, 16, 32):
         base = {**static, "block_size": size, "steps": 8}
+        label = f"B{size} S{min(8, size)}"  # the static rule caps S at B
         rows += [
-            (f"B{size} S8 hf-eager", {**base, "cache_order": "reference"}),
-            (f"B{size} S8 {fast}", {**base, "backend": fast, "cache_order": "reference"}),
+            (f"{label} hf-eager", {**base, "cache_order": "reference"}),
+            (f"{label} {fast}", {**base, "backend": fast, "cache_order": "reference"}),
             (
-                f"B{size} S8 {fast} graphs",
+                f"{label} {fast} graphs",
                 {**base, "backend": fast, "cuda_graphs": True, "cache_order": "reference"},
             ),
-            (f"B{size} S8 {fast} graphs fused", {**base, "backend": fast, "cuda_graphs": True}),
+            (f"{label} {fast} graphs fused", {**base, "backend": fast, "cuda_graphs": True}),
         ]
     best = {**static, "block_size": 32, "backend": fast, "cuda_graphs": True}
     rows += [(f"B32 S{steps} {fast} graphs fused", {**best, "steps": steps}) for steps in (4, 16, 32)]
     rows += [(f"B32 S8 K{k} {fast} graphs fused", {**best, "steps": 8, "candidates": k}) for k in (4, 8, 16)]
     if flashinfer:
         rows.append(("B32 S8 sdpa graphs fused", {**best, "steps": 8, "backend": "sdpa"}))
-    return rows
+    return list(dict(rows).items())  # the headline row appears in both lists: keep it once
 
 
 def _prompt(tokenizer: Any, size: str) -> Any:
@@ -90,7 +96,41 @@ def _prompt(tokenizer: Any, size: str) -> Any:
     return build_planning_prompt(tokenizer, image, "straight", (10.0, 0.0), (0.0, 0.0))
 
 
+# The chain drawn by ``bench plot``: each step adds one technique to the one before.
+CHAIN = (
+    ("AR hf-eager", "AR\nHF eager"),
+    ("B32 S8 hf-eager", "Block-32\nHF eager"),
+    ("B32 S8 flashinfer", "+ static cache\n+ FlashInfer"),
+    ("B32 S8 flashinfer graphs", "+ CUDA graphs"),
+    ("B32 S8 flashinfer graphs fused", "+ fused\ncache order"),
+)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.decoding.cost import block_floor_ms_per_token
+    from wamdiff2_ros.errors import InputError
+    from wamdiff2_ros.eval.speed import plot_chain
+    from wamdiff2_ros.model.presets import preset_config
+
+    if not args.input:
+        raise InputError("bench plot needs --input, a JSON file written by bench decode --json")
+    payload = json.loads(Path(args.input).read_text())
+    prompt = max(payload["card"]["prompts"].values())
+    rows = [row for row in payload["rows"] if row["prompt_tokens"] == prompt]
+    for row in rows:
+        row["name"] = row["name"].rsplit(" P", 1)[0]
+    floor = block_floor_ms_per_token(
+        preset_config(payload["card"]["preset"]).text_config, 32, 8, prompt + 64, False
+    )
+    names, labels = zip(*CHAIN, strict=True)
+    plot_chain(rows, list(names), list(labels), floor, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.what == "plot":
+        return _plot(args)
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig
@@ -116,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(card))
     for length, timing in prefills.items():
         print(f"prefill {length} tokens: median {timing.median_ms:.2f} ms, p99 {timing.p99_ms:.2f} ms")
+    prefill_json = {str(length): timing.__dict__ for length, timing in prefills.items()}
     rows: list[speed.SpeedRow] = []
     if args.what == "decode":
         lean = LeanDecoder(model)
@@ -137,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
                 )
                 rows.append(row)
                 print(speed.format_table([row]).splitlines()[-1], flush=True)
+                if args.json:  # after every row, so a run cut short still leaves its rows
+                    speed.write_json(args.json, card, rows, {"prefill": prefill_json})
                 del decoder
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -144,7 +187,6 @@ def run(args: argparse.Namespace) -> int:
                 args.suite = "quick"  # later prompts: headline rows only
         print(speed.format_table(rows))
     if args.json:
-        prefill_json = {str(k): v.__dict__ for k, v in prefills.items()}
         speed.write_json(args.json, card, rows, {"prefill": prefill_json})
     sys.stdout.flush()
     return 0

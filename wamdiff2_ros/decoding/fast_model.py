@@ -40,19 +40,11 @@ class LeanLayer:
 
     input_norm: torch.Tensor  # (H,)
     qkv: torch.Tensor  # ((Hq + 2 Hkv) D, H): q_proj | k_proj | v_proj
-    q_norm: torch.Tensor  # (D,)
-    k_norm: torch.Tensor  # (D,)
+    qk_norm: torch.Tensor  # (Hq + Hkv, D): q_norm's weight for each query head, then k_norm's per KV head
     out: torch.Tensor  # (H, Hq D)
     post_norm: torch.Tensor  # (H,)
     gate_up: torch.Tensor  # (2 I, H): gate_proj | up_proj
     down: torch.Tensor  # (H, I)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm in float32, rounded to the input dtype before the weight, as transformers' Qwen3 norm does."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -97,8 +89,12 @@ class LeanDecoder:
                         layer.self_attn.v_proj.weight,
                     ]
                 ),
-                q_norm=layer.self_attn.q_norm.weight,
-                k_norm=layer.self_attn.k_norm.weight,
+                qk_norm=torch.cat(
+                    [
+                        layer.self_attn.q_norm.weight.expand(self.heads, -1),
+                        layer.self_attn.k_norm.weight.expand(self.kv_heads, -1),
+                    ]
+                ),
                 out=layer.self_attn.o_proj.weight,
                 post_norm=layer.post_attention_layernorm.weight,
                 gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
@@ -135,17 +131,21 @@ class LeanDecoder:
         angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # (n, 1, D)
         cos, sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
         attention.prepare(start, length)
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        hidden, dim, qk_heads = self.embed.shape[1], self.head_dim, self.heads + self.kv_heads
         x = F.embedding(tokens, self.embed)  # (K, n, H)
+        # Few, fused kernels: at 2b sizes a forward is bound by kernel count, not bytes (gpu_probe.md).
+        # F.rms_norm rounds once after the weight where transformers rounds before it (equal in fp32).
         for index, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.input_norm, self.eps)
-            q, k, v = F.linear(h, layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
-            q = rms_norm(q.view(rows, length, self.heads, self.head_dim), layer.q_norm, self.eps)
-            k = rms_norm(k.view(rows, length, self.kv_heads, self.head_dim), layer.k_norm, self.eps)
-            cache.store(
-                index, slots, _rotate(k, cos, sin), v.view(rows, length, self.kv_heads, self.head_dim)
+            h = F.rms_norm(x, (hidden,), layer.input_norm, self.eps)
+            qkv = F.linear(h, layer.qkv).view(rows, length, qk_heads + self.kv_heads, dim)
+            # q and k heads normed and rotated together; the weight multiply after the norm keeps the
+            # rounding of transformers' q_norm/k_norm.
+            qk = _rotate(F.rms_norm(qkv[:, :, :qk_heads], (dim,), eps=self.eps) * layer.qk_norm, cos, sin)
+            q, k = qk.split([self.heads, self.kv_heads], dim=2)
+            cache.store(index, slots, k, qkv[:, :, qk_heads:])
+            x = x + F.linear(attention.attend(index, q), layer.out)
+            gate, up = F.linear(F.rms_norm(x, (hidden,), layer.post_norm, self.eps), layer.gate_up).chunk(
+                2, dim=-1
             )
-            x = x + F.linear(attention.attend(index, _rotate(q, cos, sin)), layer.out)
-            gate, up = F.linear(rms_norm(x, layer.post_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down)
-        return rms_norm(x, self.final_norm, self.eps)
+        return F.rms_norm(x, (hidden,), self.final_norm, self.eps)

@@ -65,11 +65,12 @@ def constrain(
         if not bool(masked[row].any()):
             continue
         allowed = grammar.block_allowed(state, tokens[row], masked[row], budget.limit, budget.tokens_after)
+        allowed = allowed.to(logits.device)  # the grammar answers on the host; the block may live on a GPU
         if bool((masked[row] & ~allowed.any(-1)).any()):
             raise RuntimeError(
                 f"grammar dead end in row {row}: committed tokens admit no valid answer (a bug)"
             )
-        logits[row] = logits[row].masked_fill(~allowed.to(logits.device), float("-inf"))
+        logits[row] = logits[row].masked_fill(~allowed, float("-inf"))
     return logits
 
 
@@ -182,7 +183,7 @@ def fill_leftovers(
         for position in masked[row].nonzero().squeeze(-1).tolist():
             allowed = grammar.block_allowed(
                 state, tokens[row], masked[row], budget.limit, budget.tokens_after
-            )
+            ).to(logits.device)
             column = (ids == x0[row, position]).nonzero()
             if len(column) and bool(allowed[position, column[0, 0]]):
                 tokens[row, position] = x0[row, position]

@@ -253,3 +253,47 @@ def _time_block_forward(model: Any, prompt: Any, config: Any, decoder: Any) -> T
     cache = decoder.cache
     cache.prefill(prompt)
     return time_call(lambda: cache.denoise(block), model.device, 2, 20)
+
+
+# The chain the paper reports for its block decoder (ms/token: AR, Block-32, +FlashInfer, +CUDA Graphs).
+PAPER_CHAIN_MS = (22.7, 8.1, 4.6, 1.5)
+
+
+def plot_chain(
+    rows: list[dict[str, Any]], names: list[str], labels: list[str], floor_ms: float, path: str
+) -> None:
+    """Bar chart of ms/token along a chain of rows beside the paper's chain, log scale, floor as a line.
+
+    Args:
+        rows: rows as written by ``write_json`` (``rows`` list).
+        names: row names of the chain, in order.
+        labels: one short label per name.
+        floor_ms: the weights-read floor per token of the last configuration.
+        path: PNG to write.
+
+    Raises:
+        KeyError: a name is not among the rows.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on servers
+    import matplotlib.pyplot as plt
+
+    by_name = {row["name"]: row for row in rows}
+    ours = [by_name[name]["ms_per_token"] for name in names]
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    positions = range(len(ours))
+    axes.bar([p - 0.2 for p in positions], ours, width=0.4, label="wamdiff2_ros (H200)")
+    paper = list(PAPER_CHAIN_MS) + [float("nan")] * (len(ours) - len(PAPER_CHAIN_MS))
+    axes.bar([p + 0.2 for p in positions], paper[: len(ours)], width=0.4, label="WAM-Diff2 paper")
+    for p, value in zip(positions, ours, strict=True):
+        axes.annotate(f"{value:.2f}", (p - 0.2, value), ha="center", va="bottom", fontsize=8)
+    axes.axhline(floor_ms, color="k", linestyle="--", linewidth=1, label=f"weights-read floor {floor_ms:.2f}")
+    axes.set_yscale("log")
+    axes.set_xticks(list(positions), labels, fontsize=8)
+    axes.set_ylabel("ms per answer token (median, batch 1)")
+    axes.set_title("Latency chain, 2b preset, 2,106-token prompt (1920x1080 frame)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
