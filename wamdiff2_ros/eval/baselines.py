@@ -10,7 +10,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
-from wamdiff2_ros.sim.closed_loop import Observation, Policy, PolicyFactory
+from wamdiff2_ros.sim.closed_loop import Observation, PolicyFactory
 from wamdiff2_ros.sim.expert import expert_plan
 from wamdiff2_ros.sim.scenes import Scene
 
@@ -58,6 +58,3 @@ def baseline_factory(name: str) -> PolicyFactory:
     if name not in BASELINE_FACTORIES:
         raise InputError(f"unknown policy {name!r}; choose from {sorted(BASELINE_FACTORIES)}")
     return BASELINE_FACTORIES[name]
-
-
-__all__ = ["BASELINE_FACTORIES", "ConstantVelocityPolicy", "ExpertPolicy", "Policy", "baseline_factory"]

@@ -1,7 +1,8 @@
 """Ground truth from a recorded drive: command, ego motion, expert waypoints, agents' futures, boxes, QA.
 
-The expert is highway-env's IDM/MOBIL driver in the ego's seat; its realised future is the target. This
-module reads a recorded log and a rendered frame; it never steps the simulator (``record_drive`` does).
+The expert is the IDM/MOBIL driver of ``drivers`` in the ego's seat; its realised future is the target.
+``record_drive`` steps a scene into a log, the ground-truth functions read that log and a rendered frame, and
+``expert_plan`` re-plans on a copy of a live road (the closed loop's privileged expert). Drawing is render's.
 """
 
 from __future__ import annotations
