@@ -66,3 +66,19 @@ def test_rows_serialise_with_derived_columns(tmp_path):
     assert (
         saved["ms_per_token"] == 0.5 and saved["tokens_per_s"] == 2000 and saved["fraction_of_floor"] == 0.5
     )
+
+
+def test_cpu_rows_leave_out_cuda_graphs():
+    rows = suite_rows("full", flashinfer=False, graphs=False)
+    assert rows and not any(settings.get("cuda_graphs") for _, settings in rows)
+
+
+def test_bench_decode_runs_end_to_end_on_the_tiny_preset(tmp_path, capsys):
+    from wamdiff2_ros.cli.main import main
+
+    out = tmp_path / "bench.json"
+    argv = ["bench", "decode", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--image", "128x96"]
+    assert main([*argv, "--max-new-tokens", "8", "--repeat", "1", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["rows"][0]["name"].startswith("AR hf-eager") and saved["rows"][0]["answer_tokens"] == 8
+    assert "ms/tok" in capsys.readouterr().out

@@ -44,12 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def suite_rows(suite: str, flashinfer: bool) -> list[tuple[str, dict[str, Any]]]:
+def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[str, dict[str, Any]]]:
     """Named decode settings of a suite (``low_confidence_static``; fused order unless named).
 
     Args:
         suite: ``quick`` or ``full``.
         flashinfer: FlashInfer is importable (its rows are skipped otherwise).
+        graphs: CUDA graphs are available (rows that need them are dropped otherwise, e.g. on the CPU).
 
     Returns:
         (row name, DecodeConfig settings) pairs.
@@ -65,7 +66,7 @@ def suite_rows(suite: str, flashinfer: bool) -> list[tuple[str, dict[str, Any]]]
         ),
     ]
     if suite == "quick":
-        return rows
+        return _keep(rows, graphs)
     for size in (4, 8, 16, 32):
         base = {**static, "block_size": size, "steps": 8}
         label = f"B{size} S{min(8, size)}"  # the static rule caps S at B
@@ -83,7 +84,14 @@ def suite_rows(suite: str, flashinfer: bool) -> list[tuple[str, dict[str, Any]]]
     rows += [(f"B32 S8 K{k} {fast} graphs fused", {**best, "steps": 8, "candidates": k}) for k in (4, 8, 16)]
     if flashinfer:
         rows.append(("B32 S8 sdpa graphs fused", {**best, "steps": 8, "backend": "sdpa"}))
-    return list(dict(rows).items())  # the headline row appears in both lists: keep it once
+    return _keep(rows, graphs)
+
+
+def _keep(rows: list[tuple[str, dict[str, Any]]], graphs: bool) -> list[tuple[str, dict[str, Any]]]:
+    # Each name once (the headline row is in both lists); rows needing CUDA graphs only where they exist.
+    return [
+        (name, settings) for name, settings in dict(rows).items() if graphs or not settings.get("cuda_graphs")
+    ]
 
 
 def _prompt(tokenizer: Any, size: str) -> Any:
@@ -161,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "decode":
         lean = LeanDecoder(model)
         for prompt in prompts:
-            for name, settings in suite_rows(args.suite, has_flashinfer):
+            for name, settings in suite_rows(args.suite, has_flashinfer, graphs=device.type == "cuda"):
                 config = DecodeConfig(max_new_tokens=args.max_new_tokens, **settings)
                 decoder = (
                     FastDecoder(model, config, prompt.length, lean) if config.backend != "eager" else None
