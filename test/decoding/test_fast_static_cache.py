@@ -137,3 +137,18 @@ def test_flashinfer_refuses_a_cpu_cache(tiny_model, planning_prompt):
     pytest.importorskip("flashinfer")
     with pytest.raises(ValueError, match="CUDA fp16/bf16"):
         StaticBlockCache(tiny_model, 8, 1, planning_prompt.length, 16, backend="flashinfer")
+
+
+def test_one_fast_decoder_serves_prompts_of_different_image_sizes(tiny_model, tokenizer, planning_prompt):
+    # A different image grid changes the prompt length and the M-RoPE offset; both must follow the prompt.
+    import numpy as np
+
+    from wamdiff2_ros.model.prompt import build_planning_prompt
+
+    image = np.random.default_rng(1).integers(0, 256, size=(160, 224, 3), dtype=np.uint8)
+    wide = build_planning_prompt(tokenizer, image, "left", (3.0, 0.0), (0.0, 0.0))
+    config = DecodeConfig(block_size=8, steps=4, max_new_tokens=16, backend="sdpa")
+    decoder = FastDecoder(tiny_model, config, max(wide.length, planning_prompt.length))
+    for prompt in (wide, planning_prompt, wide):
+        eager = decode(tiny_model, tokenizer, prompt, DecodeConfig(block_size=8, steps=4, max_new_tokens=16))
+        assert decoder.decode(tokenizer, prompt).token_ids == eager.token_ids

@@ -108,7 +108,7 @@ class LeanDecoder:
         self,
         tokens: torch.Tensor,
         start: torch.Tensor,
-        rope_delta: int,
+        rope_delta: torch.Tensor,
         cache: StaticKVCache,
         attention: Attention,
     ) -> torch.Tensor:
@@ -118,7 +118,8 @@ class LeanDecoder:
             tokens: (K, n) int64 on the weights' device.
             start: () int64 device scalar, the first slot; a tensor (not an int) so that a captured graph
                 reads the current value at replay.
-            rope_delta: M-RoPE offset of text after the prompt (slot i has position i + rope_delta).
+            rope_delta: () int64 device scalar, the M-RoPE offset of text after the prompt (slot i has
+                position i + rope_delta); a tensor like ``start``, since it changes with the image.
             cache: the static cache whose slots are written.
             attention: the attention backend, already planned for this forward.
 

@@ -128,6 +128,8 @@ class StaticBlockCache:
         )
         self.attention = make_attention(backend, self.cache, block_size, cuda_graphs, self.decoder.heads)
         self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
+        # M-RoPE offset of the current prompt, read by graphs at replay (it depends on the image grid).
+        self.position_offset = torch.zeros((), dtype=torch.int64, device=model.device)
         self.forwards = 0
         self.prompt_len = 0
         self.rope_delta = 0
@@ -143,7 +145,7 @@ class StaticBlockCache:
 
         This is what CUDA graphs capture: it reads ``start`` and the backend's plan as they are at replay.
         """
-        return self.decoder.forward(tokens, self.start, self.rope_delta, self.cache, self.attention)
+        return self.decoder.forward(tokens, self.start, self.position_offset, self.cache, self.attention)
 
     def place(self, length: int) -> None:
         """Point the next forward of ``length`` queries at the first unwritten answer slot (host side)."""
@@ -171,6 +173,7 @@ class StaticBlockCache:
         eager.prefill(prompt)
         self.cache.load_prompt(eager.cache, prompt.length)
         self.prompt_len, self.rope_delta, self.written = prompt.length, eager.rope_delta, 0
+        self.position_offset.fill_(eager.rope_delta)
         self.forwards += 1
 
     @torch.no_grad()
