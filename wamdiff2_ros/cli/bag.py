@@ -28,19 +28,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     record.set_defaults(func=run_record)
 
 
-def _with_node(name: str, action):
-    import rclpy
-
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node(name, context=context)
-    try:
-        return action(node)
-    finally:
-        node.destroy_node()
-        context.try_shutdown()
-
-
 def _print_counts(verb: str, counts, path: Path) -> None:
     for topic, count in sorted(counts.items()):
         print(f"  {topic:<50} {count:>6}")
@@ -48,9 +35,9 @@ def _print_counts(verb: str, counts, path: Path) -> None:
 
 
 def run_play(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.nodes.bag_io import play
+    from wamdiff2_ros.nodes.bag_io import play, with_node
 
-    counts = _with_node(
+    counts = with_node(
         "wamdiff2_bag_player",
         lambda node: play(node, args.bag, rate=args.rate, clock=args.clock, topics=args.topics),
     )
@@ -59,9 +46,9 @@ def run_play(args: argparse.Namespace) -> int:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.nodes.bag_io import record
+    from wamdiff2_ros.nodes.bag_io import record, with_node
 
-    counts = _with_node(
+    counts = with_node(
         "wamdiff2_bag_recorder", lambda node: record(node, args.bag, args.topics, args.duration)
     )
     _print_counts("recorded", counts, args.bag)

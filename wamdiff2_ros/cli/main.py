@@ -22,6 +22,7 @@ VERB_MODULES = (
     "wamdiff2_ros.cli.eval",
     "wamdiff2_ros.cli.bench",
     "wamdiff2_ros.cli.bag",
+    "wamdiff2_ros.cli.demo",
 )
 
 

@@ -9,11 +9,14 @@ source. ``record`` writes what arrives on some topics into a new MCAP bag (recei
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+import rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
@@ -21,6 +24,7 @@ from rosgraph_msgs.msg import Clock
 from wamdiff2_ros.sim.bags import find_msg_file
 
 CLOCK_TOPIC = "/clock"
+T = TypeVar("T")
 
 
 def message_class(type_name: str):
@@ -174,3 +178,22 @@ def _topic_types(node: Node, topics: Sequence[str], wait_s: float) -> dict[str, 
     if ambiguous:
         raise ValueError(f"topics with several types cannot be recorded: {ambiguous}")
     return {t: graph[t][0] for t in topics}
+
+
+def with_node(name: str, action: Callable[[Node], T]) -> T:
+    """Run ``action(node)`` with a node of its own rclpy context, on the nodes' large-data transport.
+
+    The transport profile is the launch file's (unless the user chose one): a player must speak the same
+    transport as the nodes it feeds, or large best-effort frames never arrive.
+    """
+    from wamdiff2_ros.nodes.launch_spec import share_dir, transport_environment
+
+    os.environ.update(transport_environment(share_dir()))
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node(name, context=context)
+    try:
+        return action(node)
+    finally:
+        node.destroy_node()
+        context.try_shutdown()

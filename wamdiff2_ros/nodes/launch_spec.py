@@ -8,6 +8,7 @@ Config presets: ``default`` (generic topics) and ``carla`` (the CARLA ROS bridge
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,16 @@ class NodeSpec:
     parameter_files: tuple[Path, ...]
     parameters: dict = field(default_factory=dict)  # overrides, applied after the files
     remappings: tuple[tuple[str, str], ...] = ()
+
+
+def share_dir() -> Path:
+    """The installed share directory (pip or colcon install), else the source tree."""
+    installed = Path(sys.prefix) / "share" / PACKAGE
+    return (
+        installed
+        if (installed / "config" / "planner.yaml").is_file()
+        else Path(__file__).resolve().parents[2]
+    )
 
 
 def config_files(share_dir: Path, preset: str) -> tuple[Path, ...]:
