@@ -1,4 +1,5 @@
-"""``wamdiff2 bench decode|prefill``: speed rows of the decoders on random weights of a preset's real shape.
+"""``wamdiff2 bench decode|prefill|node``: decoder speed on random weights of a preset's real shape, and the
+planner node's frame-to-trajectory latency.
 
 Speed does not depend on weight values when the number of steps is fixed, so rows use the static commit rule
 (exactly S forwards per block) and random weights. Heavy imports happen inside the functions.
@@ -23,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "card and a table; --json writes both.",
     )
     parser.add_argument(
-        "what", choices=("decode", "prefill", "plot"), help="what to time (plot: draw the chain of --input)"
+        "what",
+        choices=("decode", "prefill", "plot", "node"),
+        help="what to time (plot: draw the chain of --input; node: frame-to-trajectory latency of the "
+        "planner node over DDS)",
     )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
@@ -41,6 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", help="write the card and rows to this file")
     parser.add_argument("--input", help="plot: a JSON file written by --json")
     parser.add_argument("--out", default="docs/decode_latency_chain.png", help="plot: PNG to write")
+    parser.add_argument("--rate-hz", type=float, default=2.0, help="node: camera frame rate (default 2)")
+    parser.add_argument("--frames", type=int, default=30, help="node: frames to publish (default 30)")
     parser.set_defaults(func=run)
 
 
@@ -136,9 +142,41 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from wamdiff2_ros.nodes.latency_bench import measure
+
+    width, height = (int(v) for v in args.image.split(",")[0].split("x"))
+    overrides = {"decoder.max_new_tokens": args.max_new_tokens, "input.max_age_s": 5.0}
+    with tempfile.TemporaryDirectory() as folder:
+        result = measure(
+            preset=args.preset,
+            device=args.device,
+            width=width,
+            height=height,
+            rate_hz=args.rate_hz,
+            frames=args.frames,
+            overrides=overrides,
+            log=Path(folder) / "planner.log",
+        )
+    card = {
+        "preset": args.preset,
+        "device": args.device,
+        "image": f"{width}x{height}",
+        "rate_hz": args.rate_hz,
+    }
+    print(json.dumps(card | result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(card | result, indent=2) + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "plot":
         return _plot(args)
+    if args.what == "node":
+        return _node(args)
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig

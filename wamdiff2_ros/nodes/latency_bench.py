@@ -1,0 +1,123 @@
+"""End-to-end latency of the planner node: camera frame published -> trajectory received, across processes.
+
+A planner process (started as the launch file starts it) is fed frames and odometry from this process at a
+fixed rate over real DDS; each received trajectory is matched to its frame by the header stamp (the frame's
+stamp is its publish time on the shared system clock). Reported: p50 / p99 latency, the frames planned and
+those the newest-frame-wins worker dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from nav_msgs.msg import Odometry
+from std_msgs.msg import Header
+
+from wamdiff2_ros.msg import PlannedTrajectory
+from wamdiff2_ros.nodes import qos
+from wamdiff2_ros.nodes.bag_io import with_node
+from wamdiff2_ros.nodes.convert.images import numpy_to_image
+from wamdiff2_ros.nodes.convert.odometry import stamp_ns
+from wamdiff2_ros.nodes.launch_spec import (
+    PACKAGE,
+    TOPICS,
+    node_specs,
+    ros_arguments,
+    share_dir,
+    transport_environment,
+)
+
+INPUTS = TOPICS["default"]  # the launch file's remappings for the default preset
+
+
+def start_planner(preset: str, device: str, overrides: dict, log: Path) -> subprocess.Popen:
+    spec = node_specs(share_dir(), model_preset=preset)[0]
+    arguments = [*ros_arguments(spec), "-p", f"model.device:={device}"]
+    for name, value in overrides.items():
+        arguments += ["-p", f"{name}:={value}"]
+    executable = Path(sys.prefix) / "lib" / PACKAGE / spec.executable
+    return subprocess.Popen([str(executable), *arguments], stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def measure(
+    *,
+    preset: str,
+    device: str,
+    width: int,
+    height: int,
+    rate_hz: float,
+    frames: int,
+    overrides: dict,
+    log: Path,
+) -> dict:
+    """Publish ``frames`` frames at ``rate_hz`` into a fresh planner process; latency statistics in ms."""
+    os.environ.update(transport_environment(share_dir()))  # the planner inherits it: one transport for both
+    planner = start_planner(preset, device, overrides, log)
+    try:
+        return with_node(
+            "wamdiff2_latency_bench", lambda node: _drive(node, planner, log, width, height, rate_hz, frames)
+        )
+    finally:
+        planner.terminate()
+        planner.wait(10)
+
+
+def _drive(
+    node, planner: subprocess.Popen, log: Path, width: int, height: int, rate_hz: float, frames: int
+) -> dict:
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import Image
+
+    received: dict[int, float] = {}
+    node.create_subscription(
+        PlannedTrajectory,
+        "/wamdiff2_planner/output/trajectory",
+        lambda msg: received.setdefault(stamp_ns(msg.header), time.time_ns()),
+        qos.RELIABLE,
+    )
+    image_publisher = node.create_publisher(Image, INPUTS["image"], qos.RELIABLE)
+    odometry_publisher = node.create_publisher(Odometry, INPUTS["odometry"], qos.RELIABLE)
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+    deadline = time.monotonic() + 180.0
+    while " ready on " not in log.read_text():
+        if planner.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"planner did not start:\n{log.read_text()[-2000:]}")
+        executor.spin_once(timeout_sec=0.2)
+    pixels = np.random.default_rng(0).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    image = numpy_to_image(pixels, "bgr8")
+    sent: list[int] = []
+    next_send = time.monotonic() + 1.0  # discovery
+    while len(sent) < frames:
+        executor.spin_once(timeout_sec=max(0.0, min(0.01, next_send - time.monotonic())))
+        if time.monotonic() >= next_send:
+            now_ns = time.time_ns()
+            header = Header(frame_id="camera")
+            header.stamp.sec, header.stamp.nanosec = divmod(now_ns, 1_000_000_000)
+            odometry = Odometry(header=header)
+            odometry.twist.twist.linear.x = 10.0
+            odometry_publisher.publish(odometry)
+            image.header = header
+            image_publisher.publish(image)
+            odometry_publisher.publish(odometry)
+            sent.append(now_ns)
+            next_send += 1.0 / rate_hz
+    settle = time.monotonic() + 10.0
+    while time.monotonic() < settle and not (set(sent) <= set(received)):
+        executor.spin_once(timeout_sec=0.1)
+    latencies_ms = np.array([(received[s] - s) / 1e6 for s in sent if s in received])
+    if latencies_ms.size == 0:
+        raise RuntimeError(f"no trajectory came back; planner log:\n{log.read_text()[-2000:]}")
+    return {
+        "frames_sent": len(sent),
+        "frames_planned": int(latencies_ms.size),
+        "frames_dropped": len(sent) - int(latencies_ms.size),
+        "latency_p50_ms": round(float(np.percentile(latencies_ms, 50)), 1),
+        "latency_p99_ms": round(float(np.percentile(latencies_ms, 99)), 1),
+        "latency_min_ms": round(float(latencies_ms.min()), 1),
+    }
