@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from wamdiff2_ros.eval.metrics import displacement_errors
+from wamdiff2_ros.eval.plots import trajectory_pixels
 from wamdiff2_ros.geometry import Camera
 
 SELECTED_RGB = (40, 220, 70)
@@ -35,15 +36,6 @@ class ReportFrame:
     boxes_px: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     labels: Sequence[str] = ()
     status: str = ""
-
-
-def trajectory_pixels(camera: Camera, waypoints_ego: np.ndarray) -> np.ndarray:
-    """Pixels (M, 2) of the ego origin and the waypoints that lie ahead of the camera, on the ground."""
-    points = np.vstack([[0.0, 0.0], np.asarray(waypoints_ego, dtype=np.float64)])
-    ahead = points[points[:, 0] > camera.mount.x_m + 1.0]
-    if len(ahead) == 0:
-        return np.zeros((0, 2))
-    return camera.project_ego(np.hstack([ahead, np.zeros((len(ahead), 1))]))
 
 
 def draw_frame(frame: ReportFrame, camera: Camera) -> np.ndarray:
@@ -76,7 +68,7 @@ def contact_sheet(frames: Sequence[ReportFrame], camera: Camera, path: Path, col
     """A grid of up to 12 evenly spaced frames with their drawings, titled with time and status."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # no display
     import matplotlib.pyplot as plt
 
     chosen = [

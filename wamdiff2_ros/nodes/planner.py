@@ -23,10 +23,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, Imu
 from std_msgs.msg import Float64, Header
@@ -53,6 +51,7 @@ from wamdiff2_ros.nodes.convert.odometry import (
 )
 from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth
+from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
 from wamdiff2_ros.nodes.markers import draw_boxes, trajectory_markers
 from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare
@@ -424,16 +423,7 @@ class PlannerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    try:
-        with rclpy.init(args=args if args is not None else sys.argv):
-            node = PlannerNode()
-            try:
-                rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return spin_node(PlannerNode, args)
 
 
 if __name__ == "__main__":

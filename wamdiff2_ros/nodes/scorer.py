@@ -17,10 +17,8 @@ import sys
 import time
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo
 from visualization_msgs.msg import MarkerArray
@@ -34,6 +32,7 @@ from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.convert.odometry import ego_velocity_mps, stamp_ns
 from wamdiff2_ros.nodes.convert.trajectories import waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth
+from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.markers import trajectory_markers
 from wamdiff2_ros.nodes.params import SCORER_PARAMS, declare
 
@@ -165,16 +164,7 @@ class ScorerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    try:
-        with rclpy.init(args=args if args is not None else sys.argv):
-            node = ScorerNode()
-            try:
-                rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return spin_node(ScorerNode, args)
 
 
 if __name__ == "__main__":
