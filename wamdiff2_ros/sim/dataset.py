@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -121,27 +122,33 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     (config.out_dir / "images").mkdir(parents=True, exist_ok=True)
-    samples: list[dict] = []
+    samples: list[dict] = []  # records only: images and truth lines go to disk as samples arrive
+    kinds, commands = Counter(), Counter()
     episodes = 0
-    with tqdm(total=config.samples, desc="samples", unit="sample", disable=not progress) as bar:
+    with (
+        tqdm(total=config.samples, desc="samples", unit="sample", disable=not progress) as bar,
+        (config.out_dir / "ground_truth.jsonl").open("w") as truth_file,
+    ):
         for episode_samples in _episodes(config):
             episodes += 1
             taken = episode_samples[: config.samples - len(samples)]
             for sample in taken:
                 (config.out_dir / sample["image_path"]).write_bytes(sample.pop("png"))
+                truth = sample.pop("truth")
+                truth_file.write(json.dumps(truth) + "\n")
+                kinds[truth["kind"]] += 1
+                commands[truth["command"]] += 1
             samples += taken
             bar.update(len(taken))
             if len(samples) >= config.samples:
                 break
-    _write_outputs(config, samples)
+    _write_records(config, samples)
     _remove_unused_bags(config.out_dir, episodes)
-    kinds = [s["truth"]["kind"] for s in samples]
-    commands = [s["truth"]["command"] for s in samples]
     return {
         "samples": len(samples),
         "episodes": episodes,
-        "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
-        "commands": {c: commands.count(c) for c in sorted(set(commands))},
+        "kinds": dict(sorted(kinds.items())),
+        "commands": dict(sorted(commands.items())),
     }
 
 
@@ -162,13 +169,10 @@ def load_camera(data_dir: Path) -> Camera:
     return Camera(CameraIntrinsics(**data["intrinsics"]), CameraMount(**data["mount"]))
 
 
-def _write_outputs(config: GenerateConfig, samples: list[dict]) -> None:
+def _write_records(config: GenerateConfig, samples: list[dict]) -> None:
     out = config.out_dir
     for name in ("planning", "detection"):
         (out / f"{name}.json").write_text(json.dumps([s[name] for s in samples], indent=1))
     (out / "qa.json").write_text(json.dumps([r for s in samples for r in s["qa"]], indent=1))
-    with (out / "ground_truth.jsonl").open("w") as f:
-        for s in samples:
-            f.write(json.dumps(s["truth"]) + "\n")
     camera = {"intrinsics": asdict(config.camera.intrinsics), "mount": asdict(config.camera.mount)}
     (out / "camera.json").write_text(json.dumps(camera, indent=1))
