@@ -8,14 +8,38 @@ import pytest
 from wamdiff2_ros.cli.main import main
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
-from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, load_truth, score_planner
+from wamdiff2_ros.eval.open_loop import (
+    evaluate_open_loop,
+    load_predictions,
+    load_truth,
+    score_detections,
+    score_planner,
+    score_qa,
+)
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
-    assert main(["sim", "generate", "--out", str(out), "--samples", "30", "--seed", "2", "--width", "192",
-                 "--workers", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sim",
+                "generate",
+                "--out",
+                str(out),
+                "--samples",
+                "30",
+                "--seed",
+                "2",
+                "--width",
+                "192",
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -58,19 +82,75 @@ def test_unmatched_predictions_are_refused(dataset):
 
 
 def test_open_loop_cli_writes_report_and_plots(dataset, tmp_path, capsys):
-    assert main(["eval", "open-loop", "--data", str(dataset), "--out", str(tmp_path), "--plots", "2"]) == 0
+    args = [
+        "eval",
+        "open-loop",
+        "--data",
+        str(dataset),
+        "--out",
+        str(tmp_path),
+        "--plots",
+        "2",
+        "--detections",
+        str(dataset / "detection.json"),
+        "--answers",
+        str(dataset / "qa.json"),
+    ]
+    assert main(args) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report["planners"]) == {"expert", "constant-velocity"}
+    assert report["qa"]["exact_match"] == 1.0 and report["detection"]["ap50"] == pytest.approx(1.0)
     assert (tmp_path / "l2_per_waypoint.png").stat().st_size > 0
     assert len(list(tmp_path.glob("trajectories_*.png"))) == 2
     assert "pdm_score" in capsys.readouterr().out
 
 
 def test_closed_loop_cli_reports_driving_scores(tmp_path):
-    args = ["eval", "closed-loop", "--episodes", "1", "--seed", "7", "--kind", "highway", "--route-m", "60",
-            "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "eval",
+        "closed-loop",
+        "--episodes",
+        "1",
+        "--seed",
+        "7",
+        "--kind",
+        "highway",
+        "--route-m",
+        "60",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     policies = json.loads((tmp_path / "report.json").read_text())["policies"]
     assert policies["expert"]["summary"]["driving_score"] == 1.0
     row = policies["constant-velocity"]["episodes"][0]
     assert row["driving_score"] <= row["route_completion"]
+
+
+def test_reference_detection_answers_score_full_ap50_through_the_parser(dataset):
+    report = score_detections(dataset, dataset / "detection.json")  # answers on the 0..1000 scale
+    assert report["ap50"] == pytest.approx(1.0) and report["map"] > 0.8  # rounding to 1/1000 of the image
+    assert report["unparsed"] == 0 and report["missing"] == 0
+
+
+def test_broken_detection_answers_count_as_no_boxes(dataset, tmp_path):
+    records = json.loads((dataset / "detection.json").read_text())
+    for record in records:
+        record["conversations"][1]["value"] = "I see some cars"
+    (tmp_path / "broken.json").write_text(json.dumps(records))
+    report = score_detections(dataset, tmp_path / "broken.json")
+    assert report["unparsed"] == len(records) and report["map"] == 0.0
+
+
+def test_qa_exact_match_of_reference_and_of_a_constant_answer(dataset, tmp_path):
+    assert score_qa(dataset, dataset / "qa.json")["exact_match"] == 1.0
+    records = json.loads((dataset / "qa.json").read_text())
+    for record in records:
+        record["conversations"][1]["value"] = "No."
+    (tmp_path / "no.json").write_text(json.dumps(records))
+    result = score_qa(dataset, tmp_path / "no.json")
+    expected = sum(
+        r["value"] == "no"
+        for r in (rec["conversations"][1] for rec in json.loads((dataset / "qa.json").read_text()))
+    )
+    assert result["exact_match"] == pytest.approx(expected / len(records)) and result["missing"] == 0

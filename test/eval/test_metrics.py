@@ -42,10 +42,16 @@ def test_headings_follow_the_path_and_hold_when_standing_or_reversing():
 
 @pytest.mark.parametrize(
     ("centre_b", "yaw_b", "overlap"),
-    [((4.9, 0.0), 0.0, True), ((5.0, 0.0), 0.0, True), ((5.1, 0.0), 0.0, False), ((0.0, 2.1), 0.0, False),
-     ((4.8, 3.3), np.pi / 4, False), ((3.0, 1.5), np.pi / 4, True)],
+    [
+        ((4.9, 0.0), 0.0, True),
+        ((5.0, 0.0), 0.0, True),
+        ((5.1, 0.0), 0.0, False),
+        ((0.0, 2.1), 0.0, False),
+        ((4.8, 3.3), np.pi / 4, False),
+        ((3.0, 1.5), np.pi / 4, True),
+    ],
     ids=["overlap", "touch", "gap", "side-gap", "rotated-gap", "rotated-hit"],
-)  # fmt: skip
+)
 def test_box_overlap_separating_axes(centre_b, yaw_b, overlap):
     a = metrics.footprints(np.array([[[0.0, 0.0, 0.0]]]), np.array([[5.0, 2.0]]))
     b = metrics.footprints(np.array([[[*centre_b, yaw_b]]]), np.array([[5.0, 2.0]]))

@@ -10,8 +10,17 @@ import argparse
 import json
 from pathlib import Path
 
-OPEN_LOOP_COLUMNS = ("ade_m", "fde_m", "collision_rate", "no_collision", "drivable_area", "time_to_collision",
-                     "comfort", "ego_progress", "pdm_score")  # fmt: skip
+OPEN_LOOP_COLUMNS = (
+    "ade_m",
+    "fde_m",
+    "collision_rate",
+    "no_collision",
+    "drivable_area",
+    "time_to_collision",
+    "comfort",
+    "ego_progress",
+    "pdm_score",
+)
 CLOSED_LOOP_COLUMNS = (
     "driving_score",
     "route_completion",
@@ -43,6 +52,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=FILE",
         help="a planner's answers: records like planning.json with the gpt turn replaced, or a JSON object "
         "id -> 'x1,y1,...,x8,y8'; repeatable; NAME= is optional (default: the file stem)",
+    )
+    open_loop.add_argument(
+        "--detections",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a model's detection answers (records like detection.json, answers replaced): adds COCO mAP",
+    )
+    open_loop.add_argument(
+        "--answers",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a model's QA answers (records like qa.json, answers replaced): adds exact match",
     )
     open_loop.add_argument("--out", type=Path, default=None, help="write report.json and plots here")
     open_loop.add_argument(
@@ -91,11 +114,17 @@ def _named(spec: Path) -> tuple[str, Path]:
 
 
 def run_open_loop(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions
+    from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections, score_qa
 
     planners = {name: load_predictions(path) for name, path in map(_named, args.predictions)}
     report = evaluate_open_loop(args.data, planners)
     print(_table(report["planners"], OPEN_LOOP_COLUMNS))
+    if args.detections:
+        report["detection"] = score_detections(args.data, args.detections)
+        print("detection: " + json.dumps(report["detection"]))
+    if args.answers:
+        report["qa"] = score_qa(args.data, args.answers)
+        print("qa: " + json.dumps(report["qa"]))
     if args.out:
         _write_open_loop_outputs(args, report, planners)
     return 0

@@ -1,8 +1,8 @@
-"""Open-loop evaluation of planners on a generated dataset, with the expert and constant velocity alongside.
+"""Open-loop evaluation on a generated dataset: planners (with the expert and constant velocity alongside),
+detection answers (mAP) and QA answers (exact match).
 
-Reads ``ground_truth.jsonl`` of a ``wamdiff2 sim generate`` folder and, for a model, a predictions file; it
-scores each planner on every sample (metrics.py) and averages. Running a model to make predictions is
-the decoders' job; this module only scores answers.
+Reads ``ground_truth.jsonl`` and ``qa.json`` of a ``wamdiff2 sim generate`` folder and a model's answers in
+the same reference format. Running a model to make the answers is the decoders' job; this module scores.
 """
 
 from __future__ import annotations
@@ -123,4 +123,57 @@ def evaluate_open_loop(data_dir: Path, planners: dict[str, dict[str, np.ndarray]
         "data": str(data_dir),
         "samples": len(truth),
         "planners": {name: score_planner(truth, predictions) for name, predictions in everyone.items()},
+    }
+
+
+def _answers(path: Path) -> dict[str, str]:
+    """Sample id -> answer text from reference-format records (the last turn is the answer)."""
+    records = json.loads(Path(path).read_text())
+    if not isinstance(records, list):
+        raise InputError(f"{path}: expected a list of reference-format records")
+    return {record["id"]: record["conversations"][-1]["value"] for record in records}
+
+
+def score_detections(data_dir: Path, predictions_path: Path) -> dict:
+    """Detection mAP of a model's answers (records like ``detection.json`` with the answers replaced).
+
+    Answers are Qwen3-VL grounding JSON on the 0..1000 scale; one that does not parse counts as no boxes.
+
+    Returns:
+        ``detection_map``'s report plus ``unparsed`` (answers that did not parse) and ``missing``.
+    """
+    from wamdiff2_ros.errors import ParseError
+    from wamdiff2_ros.eval.detection import ImageDetections, detection_map
+    from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections
+    from wamdiff2_ros.sim.dataset import load_camera
+
+    truth = load_truth(data_dir)
+    k = load_camera(data_dir).intrinsics
+    answers = _answers(predictions_path)
+    predicted, unparsed = {}, 0
+    for key, text in answers.items():
+        if key not in truth:
+            continue
+        try:
+            detections = parse_detections(text)
+        except ParseError:
+            unparsed, detections = unparsed + 1, []
+        boxes = boxes_to_source_px(detections, (k.width_px, k.height_px))
+        predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections))
+    expected = {key: ImageDetections(t.boxes_px, t.labels) for key, t in truth.items()}
+    return detection_map(expected, predicted) | {"unparsed": unparsed, "missing": len(truth) - len(predicted)}
+
+
+def score_qa(data_dir: Path, predictions_path: Path) -> dict:
+    """Exact match of a model's answers (records like ``qa.json`` with the answers replaced); a missing
+    answer counts as wrong."""
+    from wamdiff2_ros.eval.qa import exact_match
+
+    expected = _answers(Path(data_dir) / "qa.json")
+    answers = _answers(predictions_path)
+    keys = sorted(expected)
+    return {
+        "exact_match": exact_match([answers.get(k, "") for k in keys], [expected[k] for k in keys]),
+        "questions": len(keys),
+        "missing": sum(k not in answers for k in keys),
     }
