@@ -213,9 +213,10 @@ def stage() -> None:
         shutil.copy2(BUILD / "c" / PACKAGE / "msg" / f"{msg.stem}.json", share / "msg")
         names += [f"msg/{msg.stem}.idl", f"msg/{msg.name}"]
     index = STAGE / "share" / "ament_index" / "resource_index"
-    for resource, content in (("packages", ""), ("rosidl_interfaces", "\n".join(names) + "\n")):
-        (index / resource).mkdir(parents=True, exist_ok=True)
-        (index / resource / PACKAGE).write_text(content)
+    (index / "packages").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / "resource" / PACKAGE, index / "packages" / PACKAGE)  # the package's ament marker
+    (index / "rosidl_interfaces").mkdir(parents=True, exist_ok=True)
+    (index / "rosidl_interfaces" / PACKAGE).write_text("\n".join(names) + "\n")
 
 
 def stage_resources() -> None:
