@@ -67,6 +67,13 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "Which masked tokens each step commits.",
         choices=("low_confidence_dynamic", "low_confidence_static", "sequential"),
     ),
+    Param(
+        "decoder.backend",
+        "eager",
+        "Decoder forward: eager (transformers, the reference) or the fast path (static cache, lean forward).",
+        choices=("eager", "sdpa", "flashinfer"),
+    ),
+    Param("decoder.cuda_graphs", False, "Replay CUDA graphs (fast backends on a CUDA device only)."),
     Param("decoder.threshold", 0.9, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0),
     Param("decoder.max_new_tokens", 128, "Answer tokens at most.", 8, 1024),
     Param(

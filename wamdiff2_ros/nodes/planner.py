@@ -140,6 +140,8 @@ class PlannerNode(Node):
             candidates=count,
             temperature=p["candidates.temperature"] if count > 1 else 0.0,
             seed=p["candidates.seed"],
+            backend=p["decoder.backend"],
+            cuda_graphs=p["decoder.cuda_graphs"],
         )
 
     def _load_model(self) -> None:
@@ -342,6 +344,10 @@ class PlannerNode(Node):
         kind = "out_of_memory" if "out of memory" in str(error).lower() else "model"
         reason = f"{type(error).__name__}: {error}"
         self.health.problem(kind, reason)
+        if kind == "out_of_memory" and self.params["model.device"].startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()  # give the allocator's cached blocks back before the next frame
         if not isinstance(error, Wamdiff2Error):
             self.get_logger().error(f"inference failed: {reason}")
         header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
