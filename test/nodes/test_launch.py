@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,19 +17,15 @@ from std_msgs.msg import Header
 
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
-from wamdiff2_ros.nodes.launch_spec import TOPICS, node_specs, ros_arguments, transport_environment
+from wamdiff2_ros.nodes.launch_spec import TOPICS, command_line, node_specs, transport_environment
 from wamdiff2_ros.nodes.qos import RELIABLE
 
 REPO = Path(__file__).resolve().parents[2]
-EXECUTABLES = Path(sys.prefix) / "lib" / "wamdiff2_ros"
 
 
 def start(spec, extra_parameters: dict | None = None) -> subprocess.Popen:
     """As launch_ros does: the executable from lib/<package>/ with the spec's --ros-args."""
-    arguments = ros_arguments(spec)
-    for name, value in (extra_parameters or {}).items():
-        arguments += ["-p", f"{name}:={value}"]
-    return start_process([str(EXECUTABLES / spec.executable), *arguments])
+    return start_process(command_line(spec, extra_parameters))
 
 
 def get_parameters(probe: Probe, node: str, names: list[str]) -> list:

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -33,14 +32,7 @@ from wamdiff2_ros.geometry import map_to_ego
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
 from wamdiff2_ros.msg import PlannedTrajectory
 from wamdiff2_ros.nodes.bag_io import package_typestore, play, record
-from wamdiff2_ros.nodes.launch_spec import (
-    PACKAGE,
-    TOPICS,
-    node_specs,
-    ros_arguments,
-    share_dir,
-    transport_environment,
-)
+from wamdiff2_ros.nodes.launch_spec import TOPICS, command_line, node_specs, share_dir, transport_environment
 
 PLANNER_OUTPUTS = (
     "/wamdiff2_scorer/output/scored",
@@ -73,23 +65,14 @@ def generate_drive(out: Path, seconds: float, seed: int) -> tuple[Path, Path]:
 
 
 def start_nodes(model: str, preset: str, overrides: dict, log_dir: Path) -> list[subprocess.Popen]:
-    """Planner and scorer from lib/<package>/, with the launch file's arguments for the carla preset."""
-    executables = Path(sys.prefix) / "lib" / PACKAGE
+    """Planner and scorer as ``planner.launch.py config:=carla use_sim_time:=true`` starts them;
+    ``overrides`` go to the planner."""
     env = {**os.environ, **transport_environment(share_dir())}  # unless the user chose a transport
     processes = []
     for spec in node_specs(share_dir(), preset="carla", model=model, model_preset=preset, use_sim_time=True):
-        arguments = ros_arguments(spec)
-        for name, value in (overrides if spec.executable == "planner_node" else {}).items():
-            arguments += ["-p", f"{name}:={value}"]
+        command = command_line(spec, overrides if spec.executable == "planner_node" else None)
         log = (log_dir / f"{spec.name}.log").open("w")
-        processes.append(
-            subprocess.Popen(
-                [str(executables / spec.executable), *arguments],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        )
+        processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
     return processes
 
 

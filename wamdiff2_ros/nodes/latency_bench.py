@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,25 +22,16 @@ from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.bag_io import with_node
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.convert.odometry import stamp_ns
-from wamdiff2_ros.nodes.launch_spec import (
-    PACKAGE,
-    TOPICS,
-    node_specs,
-    ros_arguments,
-    share_dir,
-    transport_environment,
-)
+from wamdiff2_ros.nodes.launch_spec import TOPICS, command_line, node_specs, share_dir, transport_environment
 
 INPUTS = TOPICS["default"]  # the launch file's remappings for the default preset
 
 
 def start_planner(preset: str, device: str, overrides: dict, log: Path) -> subprocess.Popen:
+    """The planner as the launch file starts it (default preset), with ``overrides``."""
     spec = node_specs(share_dir(), model_preset=preset)[0]
-    arguments = [*ros_arguments(spec), "-p", f"model.device:={device}"]
-    for name, value in overrides.items():
-        arguments += ["-p", f"{name}:={value}"]
-    executable = Path(sys.prefix) / "lib" / PACKAGE / spec.executable
-    return subprocess.Popen([str(executable), *arguments], stdout=log.open("w"), stderr=subprocess.STDOUT)
+    command = command_line(spec, {"model.device": device, **overrides})
+    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
 def measure(

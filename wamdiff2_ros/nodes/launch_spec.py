@@ -140,3 +140,13 @@ def ros_arguments(spec: NodeSpec) -> list[str]:
     for source, target in spec.remappings:
         arguments += ["-r", f"{source}:={target}"]
     return arguments
+
+
+def command_line(spec: NodeSpec, overrides: dict | None = None) -> list[str]:
+    """The process launch_ros starts for ``spec`` (its executable in ``<prefix>/lib/<package>/``), with
+    ``overrides`` applied after the spec's parameters."""
+    arguments = ros_arguments(spec)
+    for name, value in (overrides or {}).items():
+        rendered = str(value).lower() if isinstance(value, bool) else str(value)
+        arguments += ["-p", f"{name}:={rendered}"]
+    return [str(Path(sys.prefix) / "lib" / PACKAGE / spec.executable), *arguments]
