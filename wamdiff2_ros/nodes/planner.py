@@ -94,6 +94,7 @@ class PlannerNode(Node):
         self._command = DrivingCommand.UNKNOWN
         self._held: HeldPlan | None = None
         self._last_received_s: dict[str, float] = {}
+        self._plans_since_detection = 0
         self.planner: Planner | None = None
 
         self.pub_trajectory = self.create_publisher(PlannedTrajectory, "~/output/trajectory", qos.RELIABLE)
@@ -105,7 +106,6 @@ class PlannerNode(Node):
         self.pub_detections = self.create_publisher(Detections2D, "~/output/detections", qos.RELIABLE)
         self.pub_detection_image = self.create_publisher(Image, "~/debug/image_detections", qos.camera())
         self.pub_processing = self.create_publisher(Float64, "~/debug/processing_time_ms", qos.RELIABLE)
-        self._plans_since_detection = 0
         self.pub_diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", qos.RELIABLE)
 
         camera_qos = qos.camera(p["qos.image_reliability"], p["qos.image_depth"])
