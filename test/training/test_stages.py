@@ -209,3 +209,18 @@ def test_model_wise_distill_takes_a_larger_teacher_at_the_same_block_size(datase
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["jsd"] > 0.0 for r in rows)
     assert load_checkpoint(tmp_path / "run" / "B8" / "final").model.config.text_config.num_hidden_layers == 2
+
+
+def test_a_phase_with_a_time_budget_anneals_and_stops_on_time(dataset_dir, tmp_path):
+    budget_s = 3.0
+    config = load_config(
+        CONFIG_DIR / "train_sft_tiny.yaml",
+        overrides(dataset_dir, tmp_path, "max_steps=100000", f"max_phase_s={budget_s}"),
+    )
+    train(config)
+    state = json.loads((tmp_path / "B1" / "final" / "trainer_state.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= state["step"] == len(rows) < 100000
+    lrs = [r["lr"] for r in rows]
+    assert lrs == sorted(lrs, reverse=True) and lrs[-1] < 0.5 * config.lr  # time-driven cosine decay
+    assert sum(r["step_s"] for r in rows) < budget_s + 2.0

@@ -62,6 +62,9 @@ class TrainConfig:
         max_new_tokens: answer budget of on-policy and evaluation decodes.
         epochs: passes over the task mix per phase (used when ``max_steps`` is 0).
         max_steps: optimizer steps per phase; 0 = from ``epochs``.
+        max_phase_s: wall-clock budget of a phase in seconds (0 = none). With a budget the learning-rate
+            schedule runs on whichever of steps and seconds is further along, and the phase ends (with its
+            final checkpoint) when either is used up: a fixed-time GPU call gets a fully annealed model.
         global_batch_size: samples per optimizer step over all ranks (reference 128).
         local_batch_size: samples per forward on one rank; accumulation = global / (local * world).
         lr: AdamW learning rate of the language model (reference 4e-5 Stage I, 5e-6 distill).
@@ -112,6 +115,7 @@ class TrainConfig:
     max_new_tokens: int = 128
     epochs: float = 5.0
     max_steps: int = 0
+    max_phase_s: float = 0.0
     global_batch_size: int = 128
     local_batch_size: int = 4
     lr: float = 4e-5
@@ -165,6 +169,8 @@ class TrainConfig:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if min(self.max_steps, self.eval_samples, self.teacher_block_size, self.num_workers) < 0:
             raise InputError("max_steps, eval_samples, teacher_block_size and num_workers must be >= 0")
+        if self.max_phase_s < 0:
+            raise InputError(f"max_phase_s must be >= 0, got {self.max_phase_s}")
         if self.max_steps == 0 and not self.epochs > 0:
             raise InputError("set max_steps or a positive epochs")
         if self.global_batch_size % self.local_batch_size:

@@ -78,7 +78,7 @@ def init_runtime(device: str) -> Runtime:
     return Runtime(rank, world_size, torch.device("cuda", local_rank) if use_cuda else torch.device("cpu"))
 
 
-def lr_scale(step: int, total_steps: int, warmup_steps: int) -> float:
+def lr_scale(step: float, total_steps: int, warmup_steps: int) -> float:
     """LR multiplier: linear warmup from 0.1 to 1, then cosine to 0.01 (reference finetune.py:600-640)."""
     if step < warmup_steps:
         return 0.1 + 0.9 * step / warmup_steps
@@ -261,8 +261,16 @@ class PhaseTrainer:
         }
         return metrics, cost
 
-    def _step(self, step: int, batches: Iterator[list[Example]]) -> dict:
-        scale = lr_scale(step, self.total_steps, self.warmup)
+    def _schedule_position(self, step: int, phase_started: float) -> float:
+        """The step the learning-rate schedule is at: ``step``, or further along when the phase's
+        wall-clock budget runs out sooner."""
+        if not self.config.max_phase_s:
+            return step
+        used = (time.perf_counter() - phase_started) / self.config.max_phase_s
+        return max(step, used * self.total_steps)
+
+    def _step(self, step: int, batches: Iterator[list[Example]], schedule_position: float) -> dict:
+        scale = lr_scale(schedule_position, self.total_steps, self.warmup)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * scale
         started = time.perf_counter()
@@ -316,7 +324,7 @@ class PhaseTrainer:
     def _save(self, step: int, final: bool) -> None:
         folder = self.dir / FINAL if final else checkpoints.step_folder(self.dir, step)
         state = {"stage": self.config.stage, "phase": self.phase.name, "block_size": self.phase.block_size}
-        state |= {"step": step, "total_steps": self.total_steps}
+        state |= {"step": step, "total_steps": self.total_steps, "max_phase_s": self.config.max_phase_s}
         optimizer = None if final else self.optimizer
         checkpoints.save_training_checkpoint(
             folder, self.model, self.tokenizer, self.config, state, optimizer
@@ -343,8 +351,14 @@ class PhaseTrainer:
             disable=not (self.config.progress and self.runtime.is_main),
         )
         batches = self._loader(start)
+        phase_started = time.perf_counter()
+        done = start
         for step in range(start, self.total_steps):
-            row = self._step(step, batches)
+            position = self._schedule_position(step, phase_started)
+            if position >= self.total_steps:
+                break  # wall-clock budget used up
+            row = self._step(step, batches, position)
+            done = step + 1
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
             if self.runtime.is_main:
@@ -352,13 +366,13 @@ class PhaseTrainer:
                 if (step + 1) % self.config.ckpt_every_steps == 0 and step + 1 < self.total_steps:
                     self._save(step + 1, final=False)
         bar.close()
-        next(batches, None)  # ends the loader: its workers exit now, not inside a later phase's fork
+        del batches  # ends the loader: its workers exit now, not inside a later phase's fork
         if self.config.gradient_checkpointing:
             self.model.gradient_checkpointing_disable()
         self.model.eval()
         final = self.dir / FINAL
         if self.runtime.is_main:
-            self._save(self.total_steps, final=True)
+            self._save(done, final=True)
             plot_loss(self.metrics_path, Path(self.config.out_dir) / "loss.png")
         if self.runtime.world_size > 1:
             dist.barrier()
