@@ -16,7 +16,6 @@ from wamdiff2_ros.model.checkpoint import save_checkpoint
 from wamdiff2_ros.model.presets import preset_config
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="checkpoint folder to write")
@@ -29,7 +28,8 @@ def main() -> None:
     config.text_config.intermediate_size = args.intermediate
     model = build_model(config, seed=args.seed)
     save_checkpoint(model, args.out)
-    print(f"{args.out}: {count_parameters(model):,} parameters, {args.layers} layers, MLP {args.intermediate}")
+    shape = f"{args.layers} layers, MLP {args.intermediate}"
+    print(f"{args.out}: {count_parameters(model):,} parameters, {shape}")
 
 
 if __name__ == "__main__":
