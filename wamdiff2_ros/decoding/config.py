@@ -41,6 +41,9 @@ class DecodeConfig:
         backend: ``eager`` (transformers' forward over a ``DynamicCache``: the reference), ``sdpa`` or
             ``flashinfer`` (the fast path: static cache, lean forward, that attention; decoding/fast.py).
         cuda_graphs: fast path only: replay CUDA graphs instead of launching kernels (CUDA devices only).
+        compile: fast path only: run the lean forward's work between attention calls (and, with CUDA graphs,
+            each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is
+            its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
     """
 
     decoder: str = "block"
@@ -58,6 +61,7 @@ class DecodeConfig:
     suppress_mask_token: bool = True
     backend: str = "eager"
     cuda_graphs: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         choices = {
@@ -85,8 +89,9 @@ class DecodeConfig:
 
         if self.backend != "eager" and self.decoder != "block":
             raise InputError(f"backend {self.backend!r} serves the block decoder only, not {self.decoder!r}")
-        if self.cuda_graphs and self.backend == "eager":
-            raise InputError("cuda_graphs needs a fast backend (sdpa or flashinfer), not eager")
+        for name in ("cuda_graphs", "compile"):
+            if getattr(self, name) and self.backend == "eager":
+                raise InputError(f"{name} needs a fast backend (sdpa or flashinfer), not eager")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:

@@ -26,10 +26,12 @@ class FastDecoder:
         model: the model (eval mode), on the device to decode on.
         config: decode settings with ``backend`` ``sdpa`` or ``flashinfer``.
         max_prompt_len: longest prompt to accept (the cache is sized for it once).
-        decoder: a lean decoder to share between several ``FastDecoder`` (its fused weights are copies).
+        decoder: a lean decoder to share between several ``FastDecoder`` (its fused weights are copies),
+            compiled or not as ``config.compile`` says.
 
     Raises:
-        InputError: the config asks for the eager backend.
+        InputError: the config asks for the eager backend, or ``decoder`` is compiled when the config is not
+            (or the other way round).
     """
 
     def __init__(
@@ -41,6 +43,10 @@ class FastDecoder:
     ) -> None:
         if config.backend == "eager":
             raise InputError("FastDecoder needs backend sdpa or flashinfer")
+        if decoder is not None and decoder.compile != config.compile:
+            raise InputError(
+                f"the shared lean decoder has compile={decoder.compile}, the config {config.compile}"
+            )
         self.model = model
         self.config = config
         self.cache = StaticBlockCache(
@@ -51,7 +57,7 @@ class FastDecoder:
             config.max_new_tokens,
             backend=config.backend,
             cuda_graphs=config.cuda_graphs,
-            decoder=decoder,
+            decoder=decoder or LeanDecoder(model, compile=config.compile),
         )
         self.step_graphs = None
 

@@ -1,15 +1,18 @@
-"""Lean forward of the Qwen3-VL text decoder over answer tokens, on the weights of the transformers model.
+"""Lean forward of the Qwen3-VL text decoder on the weights of the transformers model, into a static cache.
 
-Answer tokens are text only, so the forward needs none of the vision tower, DeepStack or 3D M-RoPE: with the
-same position on all three axes, interleaved M-RoPE is plain 1D RoPE. The prompt (vision included) is still
-encoded by transformers (static_cache.py). What this adds over transformers' modules: q/k/v and gate/up
-fused into one matrix product each, K/V written in place into a preallocated cache, attention through a
-pluggable backend (attention/), and no allocation that depends on the step, so a forward can be captured in a
-CUDA graph. Knows nothing about blocks, masks or sampling.
+Answer tokens are text only, so their forward needs none of the vision tower, DeepStack or 3D M-RoPE: with
+the same position on all three axes, interleaved M-RoPE is plain 1D RoPE. The prompt's text-decoder pass
+(``prefill``) takes its inputs (embeddings with the image features in, M-RoPE angles, DeepStack features) from
+transformers (decoding/prefill.py) and runs the same layers. What this adds over transformers' modules: q/k/v
+and gate/up fused into one matrix product each, K/V written in place into a preallocated cache, attention
+through a pluggable backend (attention/), no allocation that depends on the step (a forward can be captured
+in a CUDA graph), and optionally the work between two attention calls compiled by ``torch.compile``. Knows
+nothing about blocks, masks or sampling.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,6 +22,10 @@ from transformers import Qwen3VLForConditionalGeneration
 
 if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
+
+# Distinct (rows, tokens) shapes a compiled piece may specialise on before torch.compile gives up and runs
+# eagerly; Dynamo's default of 8 is too few for a process that decodes B = 1..32 with K = 1..16.
+COMPILE_SHAPES = 64
 
 
 class Attention(Protocol):
@@ -46,11 +53,138 @@ class LeanLayer:
     gate_up: torch.Tensor  # (2 I, H): gate_proj | up_proj
     down: torch.Tensor  # (H, I)
 
+    @property
+    def first_half(self) -> tuple[torch.Tensor, ...]:
+        """Weights read before attention (``attention_input``'s order)."""
+        return self.input_norm, self.qkv, self.qk_norm
+
+    @property
+    def second_half(self) -> tuple[torch.Tensor, ...]:
+        """Weights read after attention (``layer_output``'s order)."""
+        return self.out, self.post_norm, self.gate_up, self.down
+
+
+def rope_angles(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (n, 1, D) of 1D RoPE at ``positions`` (n,), in transformers' half-split layout."""
+    freqs = positions.float()[:, None] * inv_freq  # (n, D / 2)
+    angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x: (K, n, heads, D); cos/sin: (n, 1, D). Half-split rotation (transformers' rotate_half layout).
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def attention_input(
+    x: torch.Tensor,
+    input_norm: torch.Tensor,
+    qkv_weight: torch.Tensor,
+    qk_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """Queries (K, n, Hq, D) of hidden states ``x`` (K, n, H); their K/V are written to ``keys``/``values``
+    (K, slots, Hkv, D) at ``slots`` (n,), in place.
+
+    F.rms_norm rounds once after the weight where transformers rounds before it (equal in fp32). q and k
+    heads are normed and rotated together; the weight multiply after the norm keeps the rounding of
+    transformers' q_norm/k_norm.
+    """
+    rows, length, hidden = x.shape
+    qk_heads, dim = qk_norm.shape
+    kv_heads = qk_heads - heads
+    qkv = F.linear(F.rms_norm(x, (hidden,), input_norm, eps), qkv_weight).view(
+        rows, length, qk_heads + kv_heads, dim
+    )
+    qk = _rotate(F.rms_norm(qkv[:, :, :qk_heads], (dim,), eps=eps) * qk_norm, cos, sin)
+    q, k = qk.split([heads, kv_heads], dim=2)
+    keys.index_copy_(1, slots, k)
+    values.index_copy_(1, slots, qkv[:, :, qk_heads:])
+    return q
+
+
+def layer_output(
+    x: torch.Tensor,
+    attended: torch.Tensor,
+    out: torch.Tensor,
+    post_norm: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """The rest of a layer after attention: output projection, residual, MLP, residual -> (K, n, H)."""
+    x = x + F.linear(attended, out)
+    gate, up = F.linear(F.rms_norm(x, (x.shape[-1],), post_norm, eps), gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, down)
+
+
+def _begin(
+    tokens: torch.Tensor,
+    start: torch.Tensor,
+    rope_delta: torch.Tensor,
+    inv_freq: torch.Tensor,
+    embed: torch.Tensor,
+    first: tuple[torch.Tensor, ...],
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> tuple[torch.Tensor, ...]:
+    # Everything before the first attention: slots, RoPE angles, embedding, layer 0's attention input.
+    slots = start + torch.arange(tokens.shape[1], device=tokens.device)  # (n,)
+    cos, sin = rope_angles(slots + rope_delta, inv_freq, embed.dtype)
+    x = F.embedding(tokens, embed)  # (K, n, H)
+    return x, attention_input(x, *first, cos, sin, keys, values, slots, heads, eps), slots, cos, sin
+
+
+def _between(
+    x: torch.Tensor,
+    attended: torch.Tensor,
+    second: tuple[torch.Tensor, ...],
+    first: tuple[torch.Tensor, ...],
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # Everything between two attention calls: the end of layer i and the start of layer i + 1, so a compiler
+    # can fuse the residual add with the next norm.
+    x = layer_output(x, attended, *second, eps)
+    return x, attention_input(x, *first, cos, sin, keys, values, slots, heads, eps)
+
+
+def _end(
+    x: torch.Tensor,
+    attended: torch.Tensor,
+    second: tuple[torch.Tensor, ...],
+    final_norm: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    x = layer_output(x, attended, *second, eps)
+    return F.rms_norm(x, (x.shape[-1],), final_norm, eps)
+
+
+def compiled(function: Callable) -> Callable:
+    """``function`` compiled by Inductor.
+
+    Whole graph (a break is an error, never a silent eager fallback); one specialisation per shape (shapes are
+    few and fixed, and a CUDA graph captures each); default mode (the CUDA graphs are ours, and autotuned
+    matrix products would add minutes of compile time per shape).
+    """
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_SHAPES)
+    return torch.compile(function, fullgraph=True, dynamic=False)
 
 
 class LeanDecoder:
@@ -59,12 +193,14 @@ class LeanDecoder:
     Args:
         model: the transformers model; its weights are read (q/k/v and gate/up are concatenated once, the
             rest shared), never modified.
+        compile: run the answer forward's work between attention calls through ``torch.compile`` (the
+            uncompiled functions are its exact twin; the prompt prefill always runs them uncompiled).
 
     Raises:
         ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented).
     """
 
-    def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
+    def __init__(self, model: Qwen3VLForConditionalGeneration, compile: bool = False) -> None:
         text = model.model.language_model
         config = model.config.text_config
         if config.attention_bias:
@@ -102,6 +238,9 @@ class LeanDecoder:
             )
             for layer in text.layers
         ]
+        self.compile = compile
+        wrap = compiled if compile else (lambda function: function)
+        self._begin, self._between, self._end = wrap(_begin), wrap(_between), wrap(_end)
 
     @torch.no_grad()
     def forward(
@@ -126,27 +265,71 @@ class LeanDecoder:
         Returns:
             (K, n, H) hidden states after the final norm (``model/forward.py head_logits`` scores them).
         """
-        rows, length = tokens.shape
-        slots = start + torch.arange(length, device=tokens.device)  # (n,)
-        freqs = (slots + rope_delta).float()[:, None] * self.inv_freq  # (n, D / 2)
-        angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # (n, 1, D)
-        cos, sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
-        attention.prepare(start, length)
-        hidden, dim, qk_heads = self.embed.shape[1], self.head_dim, self.heads + self.kv_heads
-        x = F.embedding(tokens, self.embed)  # (K, n, H)
-        # Few, fused kernels: at 2b sizes a forward is bound by kernel count, not bytes (gpu_probe.md).
-        # F.rms_norm rounds once after the weight where transformers rounds before it (equal in fp32).
-        for index, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (hidden,), layer.input_norm, self.eps)
-            qkv = F.linear(h, layer.qkv).view(rows, length, qk_heads + self.kv_heads, dim)
-            # q and k heads normed and rotated together; the weight multiply after the norm keeps the
-            # rounding of transformers' q_norm/k_norm.
-            qk = _rotate(F.rms_norm(qkv[:, :, :qk_heads], (dim,), eps=self.eps) * layer.qk_norm, cos, sin)
-            q, k = qk.split([self.heads, self.kv_heads], dim=2)
-            cache.store(index, slots, k, qkv[:, :, qk_heads:])
-            x = x + F.linear(attention.attend(index, q), layer.out)
-            gate, up = F.linear(F.rms_norm(x, (hidden,), layer.post_norm, self.eps), layer.gate_up).chunk(
-                2, dim=-1
+        attention.prepare(start, tokens.shape[1])
+        layers, keys, values = self.layers, cache.keys, cache.values
+        # Three or four kernels between two attention calls when compiled (gpu_probe.md: at 2b sizes a
+        # forward is bound by kernel count, not bytes).
+        x, q, slots, cos, sin = self._begin(
+            tokens,
+            start,
+            rope_delta,
+            self.inv_freq,
+            self.embed,
+            layers[0].first_half,
+            keys[0],
+            values[0],
+            self.heads,
+            self.eps,
+        )
+        for index in range(1, self.num_layers):
+            x, q = self._between(
+                x,
+                attention.attend(index - 1, q),
+                layers[index - 1].second_half,
+                layers[index].first_half,
+                cos,
+                sin,
+                keys[index],
+                values[index],
+                slots,
+                self.heads,
+                self.eps,
             )
-            x = x + F.linear(F.silu(gate) * up, layer.down)
-        return F.rms_norm(x, (hidden,), self.final_norm, self.eps)
+        return self._end(
+            x, attention.attend(self.num_layers - 1, q), layers[-1].second_half, self.final_norm, self.eps
+        )
+
+    @torch.no_grad()
+    def prefill(
+        self,
+        embeds: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attention: Attention,
+        deepstack: Callable[[int, torch.Tensor], torch.Tensor],
+    ) -> None:
+        """Write the prompt's K/V into slots [0, P) of one cache row, uncompiled (P changes with the image).
+
+        Args:
+            embeds: (1, P, H) input embeddings, image features in place.
+            cos: (P, 1, D) M-RoPE cos (3D positions folded in by transformers' rotary module).
+            sin: (P, 1, D).
+            keys: (layers, 1, slots, Hkv, D) the row's K buffers (a view of the cache).
+            values: the row's V buffers.
+            attention: a backend over that row, planned for P queries from slot 0.
+            deepstack: ``(layer, x) -> x`` with that layer's DeepStack features added (identity when none).
+        """
+        start = torch.zeros((), dtype=torch.int64, device=embeds.device)
+        attention.prepare(start, embeds.shape[1])
+        slots = torch.arange(embeds.shape[1], device=embeds.device)
+        x = embeds
+        for index, layer in enumerate(self.layers):
+            q = attention_input(
+                x, *layer.first_half, cos, sin, keys[index], values[index], slots, self.heads, self.eps
+            )
+            if index + 1 < self.num_layers:  # the last layer's output feeds only logits, not needed here
+                x = deepstack(
+                    index, layer_output(x, attention.attend(index, q), *layer.second_half, self.eps)
+                )

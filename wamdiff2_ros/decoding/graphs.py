@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.fast_model import compiled
 from wamdiff2_ros.decoding.result import finish_result
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step, step_schedule
@@ -76,6 +77,37 @@ class ForwardGraphs:
         return out[-1].clone()
 
 
+def step_tail(
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    config: DecodeConfig,
+    budget: BlockBudget,
+    mask_id: int,
+    count: int | None,
+) -> tuple[torch.Tensor, ...]:
+    """The rest of a greedy, grammar-free denoising step after the forward (a pure function, so that it
+    compiles: Inductor 2.13 fails on the in-place buffer updates fused in).
+
+    Args:
+        model: the model (its LM head).
+        hidden: (K, B, H) final hidden states of the block.
+        tokens: (K, B) block tokens.
+        masked: (K, B) bool, positions still masked.
+        config: decode settings (rule, threshold, mask suppression).
+        budget: the grammar-free placeholder budget.
+        mask_id: the mask token id.
+        count: tokens to commit this step (static, sequential), None for the dynamic rule.
+
+    Returns:
+        (tokens, masked, x0) after the step and () int64: 1 if some position was masked before it, else 0.
+    """
+    logits = constrain(head_logits(model, hidden), tokens, masked, config, None, budget, mask_id)  # (K, B, V)
+    schedule = None if count is None else [count]
+    return *denoise_step(logits, tokens, masked, 0, config, None, budget, None, schedule), masked.any().long()
+
+
 class StepGraphs:
     """Whole denoising steps captured per (fused first step?, tokens committed this step).
 
@@ -97,6 +129,8 @@ class StepGraphs:
         self.graphs: dict[tuple[bool, int | None], torch.cuda.CUDAGraph] = {}
         # Grammar-free steps read no budget; one placeholder serves every step.
         self.budget = BlockBudget(states=None, limit=cache.block_size, tokens_after=0)
+        # Compiled, a step's head, softmax, argmax and commit rule take a few kernels instead of dozens.
+        self.tail = compiled(step_tail) if cache.decoder.compile else step_tail
 
     def _body(self, fused: bool, count: int | None) -> None:
         if fused:
@@ -105,13 +139,10 @@ class StepGraphs:
             ]
         else:
             hidden = self.cache.raw_forward(self.tokens)
-        logits = head_logits(self.cache.model, hidden)  # (K, B, V)
-        logits = constrain(logits, self.tokens, self.masked, self.config, None, self.budget, self.ids.mask)
-        self.steps.add_(self.masked.any().long())
-        schedule = None if count is None else [count]
-        tokens, masked, x0 = denoise_step(
-            logits, self.tokens, self.masked, 0, self.config, None, self.budget, None, schedule
+        tokens, masked, x0, counted = self.tail(
+            self.cache.model, hidden, self.tokens, self.masked, self.config, self.budget, self.ids.mask, count
         )
+        self.steps.add_(counted)
         self.tokens.copy_(tokens)
         self.masked.copy_(masked)
         self.x0.copy_(x0)

@@ -4,10 +4,10 @@
 ``StaticBlockCache`` offers the methods of ``kv_cache.BlockCache`` (prefill, denoise, write,
 write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
 forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs (graphs.py).
-The prompt (vision included) is encoded by transformers through ``BlockCache.prefill`` and copied in, so
-prompt K/V are the eager path's. Slots: the prompt occupies [0, P), answer token j slot P + j. A denoising
-forward writes the block's K/V into its own slots, which the next forward overwrites: "read-only" is
-free here.
+The prompt's text-decoder pass is the lean one too (prefill.py: transformers' vision tower, lean layers) into
+row 0, then copied to the other rows. Slots: the prompt occupies [0, P), answer token j slot P + j. A
+denoising forward writes the block's K/V into its own slots, which the next forward overwrites: "read-only"
+is free here.
 """
 
 from __future__ import annotations
@@ -15,30 +15,34 @@ from __future__ import annotations
 import math
 
 import torch
-from transformers import DynamicCache, Qwen3VLForConditionalGeneration
+from transformers import Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.attention import make_attention
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
-from wamdiff2_ros.decoding.kv_cache import BlockCache
+from wamdiff2_ros.decoding.prefill import prompt_inputs
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 
 
 class StaticKVCache:
-    """K and V buffers of every layer, each (layers, K rows, max_len slots, Hkv, D), allocated once.
+    """K and V buffers of every layer, each (layers, K rows, max_len slots, Hkv, D); see ``allocate``.
 
     Args:
-        layers: decoder layers.
-        rows: K candidate rows.
-        max_len: slots per row (prompt + answer + room for the fused forward).
-        kv_heads: Hkv.
-        head_dim: D.
-        dtype: K/V dtype (the model's).
-        device: where the buffers live.
+        keys: the K buffers.
+        values: the V buffers, same shape.
     """
 
-    def __init__(
-        self,
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        # NHD per row (slot, head, dim): a slot is one page of FlashInfer's paged layout with page size 1.
+        self.keys = keys
+        self.values = values
+        self.rows = keys.shape[1]
+        self.max_len = keys.shape[2]
+        self.device = keys.device
+
+    @classmethod
+    def allocate(
+        cls,
         layers: int,
         rows: int,
         max_len: int,
@@ -46,32 +50,22 @@ class StaticKVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
-    ) -> None:
-        self.max_len = max_len
-        self.rows = rows
-        self.device = device
-        # NHD per row (slot, head, dim): a slot is one page of FlashInfer's paged layout with page size 1.
+    ) -> StaticKVCache:
+        """Zeroed buffers: ``layers`` layers, ``rows`` candidate rows of ``max_len`` slots (prompt, answer and
+        room for the fused forward), Hkv = ``kv_heads``, D = ``head_dim``."""
         shape = (layers, rows, max_len, kv_heads, head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+        )
 
-    def store(self, layer: int, slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Write (K, n, Hkv, D) ``keys``/``values`` at ``slots`` (n,) of ``layer``, in place (graph safe)."""
-        self.keys[layer].index_copy_(1, slots, keys)
-        self.values[layer].index_copy_(1, slots, values)
+    def first_row(self) -> StaticKVCache:
+        """A one-row cache over row 0's storage (the prompt is written there once)."""
+        return StaticKVCache(self.keys[:, :1], self.values[:, :1])
 
-    def load_prompt(self, cache: DynamicCache, prompt_len: int) -> None:
-        """Copy a batch-1 prompt cache (transformers' ``DynamicCache``) into slots [0, P) of every row.
-
-        Raises:
-            InputError: the prompt does not fit.
-        """
-        if prompt_len > self.max_len:
-            raise InputError(f"prompt of {prompt_len} tokens exceeds the static cache's {self.max_len} slots")
-        for index, layer in enumerate(cache.layers):
-            # transformers keeps (batch, Hkv, P, D); rows share the prompt, so broadcast batch 1 over K.
-            self.keys[index, :, :prompt_len] = layer.keys.transpose(1, 2)
-            self.values[index, :, :prompt_len] = layer.values.transpose(1, 2)
+    def share_prompt(self, prompt_len: int) -> None:
+        """Copy row 0's prompt slots [0, P) to every other row (one copy for all layers)."""
+        self.keys[:, 1:, :prompt_len] = self.keys[:, :1, :prompt_len]
+        self.values[:, 1:, :prompt_len] = self.values[:, :1, :prompt_len]
 
 
 def static_max_len(prompt_len: int, max_new_tokens: int, block_size: int) -> int:
@@ -83,7 +77,7 @@ class StaticBlockCache:
     """``BlockCache``'s interface over a static cache, the lean forward and an attention backend.
 
     Long-lived: buffers (and CUDA graphs) are made once for prompts up to ``max_prompt_len`` and reused by
-    every ``prefill``.
+    every ``prefill``. The prompt is encoded block-causally in B-sized chunks, as ``BlockCache`` does.
 
     Args:
         model: the transformers model (prompt encoding; weights of the lean forward).
@@ -93,7 +87,7 @@ class StaticBlockCache:
         max_new_tokens: answer budget.
         backend: attention backend name (``sdpa`` or ``flashinfer``).
         cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
-        decoder: a lean decoder to share (built from ``model`` when None).
+        decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
 
     Raises:
         InputError: CUDA graphs asked for on a model that is not on a CUDA device.
@@ -117,7 +111,7 @@ class StaticBlockCache:
         self.rows = rows
         self.max_prompt_len = max_prompt_len
         self.decoder = decoder or LeanDecoder(model)
-        self.cache = StaticKVCache(
+        self.cache = StaticKVCache.allocate(
             self.decoder.num_layers,
             rows,
             static_max_len(max_prompt_len, max_new_tokens, block_size),
@@ -127,6 +121,10 @@ class StaticBlockCache:
             model.device,
         )
         self.attention = make_attention(backend, self.cache, block_size, cuda_graphs, self.decoder.heads)
+        # The prompt goes through row 0 once, never in a graph (its length follows the image).
+        self.prompt_attention = make_attention(
+            backend, self.cache.first_row(), block_size, False, self.decoder.heads
+        )
         self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
         # M-RoPE offset of the current prompt, read by graphs at replay (it depends on the image grid).
         self.position_offset = torch.zeros((), dtype=torch.int64, device=model.device)
@@ -162,18 +160,28 @@ class StaticBlockCache:
 
     @torch.no_grad()
     def prefill(self, prompt: PromptTensors) -> None:
-        """Encode the prompt with transformers (as ``BlockCache.prefill``) and copy its K/V into every row.
+        """Encode the prompt (transformers' vision tower, lean layers) into row 0 and copy it to every row.
 
         Raises:
             InputError: the prompt is longer than ``max_prompt_len``.
         """
         if prompt.length > self.max_prompt_len:
             raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
-        eager = BlockCache(self.model, self.block_size, rows=1)
-        eager.prefill(prompt)
-        self.cache.load_prompt(eager.cache, prompt.length)
-        self.prompt_len, self.rope_delta, self.written = prompt.length, eager.rope_delta, 0
-        self.position_offset.fill_(eager.rope_delta)
+        inputs = prompt_inputs(self.model, prompt)
+        row = self.cache.first_row()
+        self.prompt_attention.plan(0, prompt.length)
+        self.decoder.prefill(
+            inputs.embeds,
+            inputs.cos,
+            inputs.sin,
+            row.keys,
+            row.values,
+            self.prompt_attention,
+            inputs.add_deepstack,
+        )
+        self.cache.share_prompt(prompt.length)
+        self.prompt_len, self.rope_delta, self.written = prompt.length, inputs.rope_delta, 0
+        self.position_offset.fill_(inputs.rope_delta)
         self.forwards += 1
 
     @torch.no_grad()

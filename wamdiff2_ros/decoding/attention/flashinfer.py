@@ -1,13 +1,14 @@
 """FlashInfer attention over the static cache: paged prefill with page size 1, planned outside the graph.
 
 The static cache's rows are (slot, head, dim) arrays, so slot s of row r is page ``r * max_len + s`` of a
-paged cache with page size 1 (the layout SGLang uses) and no copy is needed. A forward of n = g * B queries
-per row is g "requests" per row, one per B-sized query group, each non-causal over the keys below its
-group's end: the block sees itself whole (``causal=False``; FlashInfer's causal mask is bottom-right aligned)
-and, in the fused order, the committed block does not see the new one, with no custom mask (which would
-disable FA3). ``plan`` runs on the host before a replay (it may not be captured); ``run`` is what a CUDA
-graph holds, on wrappers built with ``use_cuda_graph=True`` and fixed buffers (flashinfer issue #3904: a
-graph over a wrapper without it gives silently wrong output). FlashInfer is imported here only: optional.
+paged cache with page size 1 (the layout SGLang uses) and no copy is needed. A forward of n queries per row
+is ceil(n / B) "requests" per row, one per B-sized query group (a prompt's last one may be shorter), each
+non-causal over the keys below its group's end: the block sees itself whole (``causal=False``; FlashInfer's
+causal mask is bottom-right aligned) and, in the fused order, the committed block does not see the new one,
+with no custom mask (which would disable FA3). ``plan`` runs on the host before a replay (it may not be
+captured); ``run`` is what a CUDA graph holds, on wrappers built with ``use_cuda_graph=True`` and fixed
+buffers (flashinfer issue #3904: a graph over a wrapper without it gives silently wrong output). FlashInfer
+is imported here only: optional.
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ class FlashInferAttention:
         self.block_size = block_size
         self.use_cuda_graph = use_cuda_graph
         self.query_heads = query_heads
-        self.wrappers: dict[int, Any] = {}  # per query length n
-        self.planned: dict[int, int] = {}  # n -> start slot of the current plan
+        # Graph mode: a wrapper per query length n (fixed buffers); else one wrapper re-planned for any n.
+        self.wrappers: dict[int, Any] = {}
+        self.planned: dict[int, tuple[int, int]] = {}  # id(wrapper) -> (start, n) of its current plan
         self.active: Any = None
 
     def _wrapper(self, length: int) -> Any:
-        if length not in self.wrappers:
-            requests = self.cache.rows * (length // self.block_size)
+        key = length if self.use_cuda_graph else 0
+        if key not in self.wrappers:
+            requests = self.cache.rows * -(-length // self.block_size)
             device = self.cache.device
             buffers = {}
             if self.use_cuda_graph:  # graph mode: plan() fills these fixed buffers in place
@@ -67,32 +70,36 @@ class FlashInferAttention:
                     "paged_kv_last_page_len_buf": torch.empty(requests, dtype=torch.int32, device=device),
                 }
             workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-            self.wrappers[length] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self.wrappers[key] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
                 workspace, "NHD", use_cuda_graph=self.use_cuda_graph, **buffers
             )
-        return self.wrappers[length]
+        return self.wrappers[key]
 
     def plan(self, start: int, length: int) -> None:
         """Plan ``length`` queries per row from slot ``start`` (host side; skipped when unchanged)."""
         wrapper = self._wrapper(length)
         self.active = wrapper
-        if self.planned.get(length) == start:
+        if self.planned.get(id(wrapper)) == (start, length):
             return
         size, rows, max_len = self.block_size, self.cache.rows, self.cache.max_len
-        groups = length // size
-        kv_lengths = [start + (group + 1) * size for _ in range(rows) for group in range(groups)]
+        ends = [min(group_start + size, length) for group_start in range(0, length, size)]  # query group ends
+        kv_lengths = [start + end for _ in range(rows) for end in ends]
         indices = torch.cat(
             [
-                row * max_len + torch.arange(start + (group + 1) * size, dtype=torch.int32)
+                row * max_len + torch.arange(start + end, dtype=torch.int32)
                 for row in range(rows)
-                for group in range(groups)
+                for end in ends
             ]
         )
+        qo_indptr = torch.zeros(len(kv_lengths) + 1, dtype=torch.int32)
+        qo_indptr[1:] = torch.tensor(
+            [end - group * size for _ in range(rows) for group, end in enumerate(ends)], dtype=torch.int32
+        ).cumsum(0)
         kv_indptr = torch.zeros(len(kv_lengths) + 1, dtype=torch.int32)
         kv_indptr[1:] = torch.tensor(kv_lengths, dtype=torch.int32).cumsum(0)
         _, _, kv_heads, head_dim = self.cache.keys.shape[1:]
         wrapper.plan(
-            torch.arange(len(kv_lengths) + 1, dtype=torch.int32) * size,
+            qo_indptr,
             kv_indptr,
             indices,
             torch.ones(len(kv_lengths), dtype=torch.int32),  # page size 1: every last page is full
@@ -104,7 +111,7 @@ class FlashInferAttention:
             q_data_type=self.cache.keys.dtype,
             kv_data_type=self.cache.keys.dtype,
         )
-        self.planned[length] = start
+        self.planned[id(wrapper)] = (start, length)
 
     def prepare(self, start: torch.Tensor, length: int) -> None:
         """Nothing on the device: the plan already holds the key ranges."""

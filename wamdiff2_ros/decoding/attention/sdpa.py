@@ -21,7 +21,8 @@ class SdpaAttention:
 
     Args:
         cache: the cache to read.
-        block_size: B; query i of a forward from slot s sees keys below ``s + (i // B + 1) * B``.
+        block_size: B; query i of a forward of n queries from slot s sees keys below
+            ``min(s + (i // B + 1) * B, s + n)`` (a prompt's last chunk may be short).
     """
 
     def __init__(self, cache: StaticKVCache, block_size: int) -> None:
@@ -36,7 +37,8 @@ class SdpaAttention:
     def prepare(self, start: torch.Tensor, length: int) -> None:
         """Build the (1, 1, n, max_len) mask of a forward of ``length`` queries from slot ``start``."""
         group = torch.arange(length, device=self.keys.device) // self.block_size
-        limit = start + (group + 1) * self.block_size  # (n,) first invisible slot of each query
+        # (n,) first invisible slot of each query
+        limit = torch.minimum(start + (group + 1) * self.block_size, start + length)
         self.mask = (self.keys[None, :] < limit[:, None])[None, None]
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,98 @@
+"""``torch.compile`` of the fast path on the CPU: compiled pieces are twins of the uncompiled lean code.
+
+Inductor compiles for the CPU too (a C++ compiler is needed); the tiny preset keeps each compile to seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.fast import FastDecoder
+from wamdiff2_ros.decoding.fast_model import LeanDecoder, compiled
+from wamdiff2_ros.decoding.graphs import step_tail
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+from wamdiff2_ros.decoding.step import BlockBudget
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.tokenizer import MASK_ID
+
+ROWS, SIZE = 2, 8
+
+
+@pytest.fixture(scope="module")
+def compiled_decoder(tiny_model):
+    return LeanDecoder(tiny_model, compile=True)
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, tolerance: float) -> None:
+    difference = (actual - expected).abs().max().item()
+    assert difference <= tolerance, f"max |difference| {difference:.3g} > {tolerance}"
+
+
+def test_compiled_forward_matches_the_lean_forward_in_both_orders(
+    tiny_model, planning_prompt, compiled_decoder
+):
+    blocks = [torch.randint(0, 151_000, (ROWS, SIZE)) for _ in range(3)]
+    blocks[2][:, ::2] = MASK_ID
+    caches = {
+        name: StaticBlockCache(tiny_model, SIZE, ROWS, planning_prompt.length, 32, decoder=decoder)
+        for name, decoder in (("eager", LeanDecoder(tiny_model)), ("compiled", compiled_decoder))
+    }
+    logits = {}
+    for name, cache in caches.items():
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[name] = head_logits(tiny_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    _assert_close(logits["compiled"], logits["eager"], 1e-5)
+    _assert_close(caches["compiled"].cache.keys, caches["eager"].cache.keys, 1e-5)
+    _assert_close(caches["compiled"].cache.values, caches["eager"].cache.values, 1e-5)
+
+
+@pytest.mark.parametrize("rule", ["low_confidence_dynamic", "low_confidence_static"])
+def test_compiled_fast_decode_gives_the_eager_tokens(
+    tiny_model, tokenizer, planning_prompt, compiled_decoder, rule
+):
+    settings = {"block_size": SIZE, "steps": 4, "commit_rule": rule, "candidates": ROWS, "max_new_tokens": 16}
+    settings["temperature"], settings["seed"] = 1.0, 3  # K distinct rows
+    eager = decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(**settings))
+    config = DecodeConfig(backend="sdpa", compile=True, **settings)
+    fast = FastDecoder(tiny_model, config, planning_prompt.length, compiled_decoder).decode(
+        tokenizer, planning_prompt
+    )
+    assert [c.token_ids for c in fast.candidates] == [c.token_ids for c in eager.candidates]
+    assert fast.steps_per_block == eager.steps_per_block
+
+
+@pytest.mark.parametrize(
+    ("rule", "count"), [("low_confidence_dynamic", None), ("low_confidence_static", 2), ("sequential", 3)]
+)
+def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
+    # The graphed loop's LM head + sampling + commit (graphs.step_tail).
+    config = DecodeConfig(block_size=SIZE, steps=4, commit_rule=rule, threshold=0.02)
+    hidden = torch.randn(ROWS, SIZE, tiny_model.config.text_config.hidden_size)
+    tokens = torch.full((ROWS, SIZE), MASK_ID)
+    tokens[0, :3] = 7
+    masked = tokens == MASK_ID
+    budget = BlockBudget(states=None, limit=SIZE, tokens_after=0)
+    with torch.no_grad():
+        eager, fast = (
+            tail(tiny_model, hidden, tokens, masked, config, budget, MASK_ID, count)
+            for tail in (step_tail, compiled(step_tail))
+        )
+    for name, expected, actual in zip(("tokens", "masked", "x0", "counted"), eager, fast, strict=True):
+        assert torch.equal(actual, expected), name
+    assert int(eager[3]) == 1 and bool((eager[1] != masked).any())  # the step committed something
+
+
+def test_a_shared_decoder_must_match_the_compile_setting(tiny_model, planning_prompt):
+    config = DecodeConfig(backend="sdpa", compile=True)
+    with pytest.raises(InputError, match="compile=False"):
+        FastDecoder(tiny_model, config, planning_prompt.length, LeanDecoder(tiny_model))
+
+
+def test_compile_on_the_eager_backend_is_refused():
+    with pytest.raises(InputError, match="compile needs a fast backend"):
+        DecodeConfig(compile=True)
