@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from wamdiff2_ros.cli.bench import suite_rows
+from wamdiff2_ros.cli.bench import SUITES, suite_rows
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.cost import block_floor_ms_per_token, forward_cost
 from wamdiff2_ros.eval.speed import SpeedRow, Timing, format_table, time_call, write_json
@@ -41,11 +41,17 @@ def test_time_call_reports_median_and_p99():
     assert timing.samples == 7 and 0 <= timing.median_ms <= timing.p99_ms
 
 
-def test_every_suite_row_is_a_valid_decode_config():
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_suite_row_is_a_valid_decode_config(suite):
     for flashinfer in (False, True):
-        for name, settings in suite_rows("full", flashinfer):
+        for name, settings in suite_rows(suite, flashinfer):
             DecodeConfig(**settings)
             assert name
+
+
+def test_the_compile_suite_times_the_headline_with_and_without_compile():
+    names = [name for name, _ in suite_rows("compile", flashinfer=True)]
+    assert names[:2] == ["B32 S8 flashinfer graphs fused", "B32 S8 flashinfer graphs fused compile"]
 
 
 def test_rows_serialise_with_derived_columns(tmp_path):

@@ -1,8 +1,10 @@
-"""Fast path on CUDA (marker ``gpu``; CI skips it): graphs and FlashInfer against the eager decoders.
+"""Fast path on CUDA (marker ``gpu``; CI skips it): graphs, compile, FlashInfer against the eager decoders.
 
 Run through the device tool: ``python -m pytest test/decoding -m gpu``. fp32 rows compare with transformers'
 eager decoder token for token; FlashInfer (bf16 only, head_dim 128) is compared with SDPA on the same
 static cache: logits within bf16 tolerance, and graph replay against the same backend without graphs.
+Compiled bf16 code rounds fused elementwise work once instead of per op, so it too is held to bf16
+tolerance; in fp32 it must give the eager tokens.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.forward import head_logits
@@ -118,3 +122,67 @@ def test_flashinfer_decode_agrees_with_sdpa_decode(bf16_model, tokenizer, planni
     assert flash.token_ids[:8] == sdpa.token_ids[:8]
     agree = sum(a == b for a, b in zip(flash.token_ids, sdpa.token_ids, strict=False))
     print(f"flashinfer vs sdpa: {agree}/{len(sdpa.token_ids)} tokens agree")
+
+
+def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual.float() - expected.float()).norm() / expected.float().norm()).item()
+
+
+@pytest.mark.parametrize("rule", ["low_confidence_dynamic", "low_confidence_static"])
+def test_compiled_graphed_loop_matches_eager_transformers(cuda_model, tokenizer, planning_prompt, rule):
+    # K = 4 only: each new shape compiles (seconds on the device), and K = 1 adds no code path.
+    settings = {"block_size": 8, "steps": 4, "commit_rule": rule, "candidates": 4, "max_new_tokens": 32}
+    eager = _decode(cuda_model, tokenizer, planning_prompt, **settings)
+    fast = _decode(
+        cuda_model, tokenizer, planning_prompt, backend="sdpa", cuda_graphs=True, compile=True, **settings
+    )
+    assert [c.token_ids for c in fast.candidates] == [c.token_ids for c in eager.candidates]
+    assert fast.steps_per_block == eager.steps_per_block
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flashinfer"])
+def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_prompt, backend):
+    # FlashInfer rows read the prompt from row 0 (shared pages); row 1's logits check that sharing.
+    if backend == "flashinfer":
+        pytest.importorskip("flashinfer")
+    eager = BlockCache(bf16_model, 8, rows=2)
+    fast = StaticBlockCache(bf16_model, 8, 2, planning_prompt.length, 32, backend=backend)
+    eager.prefill(planning_prompt)
+    fast.prefill(planning_prompt)
+    for index, layer in enumerate(eager.cache.layers):
+        error = _relative_error(
+            fast.cache.keys[index, 0, : planning_prompt.length], layer.keys[0].transpose(0, 1)
+        )
+        assert error < 2e-2, f"layer {index} prompt keys: relative error {error:.3g}"
+    block = torch.randint(0, 151_000, (2, 8), device="cuda")
+    error = _relative_error(
+        head_logits(bf16_model, fast.denoise(block)), head_logits(bf16_model, eager.denoise(block))
+    )
+    assert error < 2e-2, f"relative error {error:.3g}"
+
+
+def test_compiled_flashinfer_graphs_match_uncompiled_within_bf16_tolerance(bf16_model, planning_prompt):
+    pytest.importorskip("flashinfer")
+    size, rows = 8, 4  # the shapes of the decode test below: compiled once for both
+    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
+    logits = {}
+    for compile in (False, True):
+        cache = StaticBlockCache(
+            bf16_model, size, rows, planning_prompt.length, 32, backend="flashinfer", cuda_graphs=True,
+            decoder=LeanDecoder(bf16_model, compile=compile),
+        )  # fmt: skip
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[compile] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    error = _relative_error(logits[True], logits[False])
+    assert error < 2e-2, f"relative error {error:.3g}"
+
+
+def test_compiled_flashinfer_graphed_loop_agrees_with_uncompiled(bf16_model, tokenizer, planning_prompt):
+    # As FlashInfer vs SDPA: bf16 rounding may flip a near-tie later on; the first block must agree.
+    pytest.importorskip("flashinfer")
+    settings = {"block_size": 8, "steps": 8, "commit_rule": "low_confidence_static", "max_new_tokens": 32}
+    settings.update(backend="flashinfer", cuda_graphs=True, candidates=4)
+    plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
+    fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
+    assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SUITES = ("quick", "full")
+SUITES = ("quick", "full", "compile")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +38,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="front image size WxH, or several comma-separated (default 1920x1080)",
     )
     parser.add_argument(
-        "--suite", choices=SUITES, default="quick", help="quick: headline rows; full: the table"
+        "--suite",
+        choices=SUITES,
+        default="quick",
+        help="quick: headline rows; full: the table; compile: the headline with and without torch.compile",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
@@ -54,7 +57,7 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
     """Named decode settings of a suite (``low_confidence_static``; fused order unless named).
 
     Args:
-        suite: ``quick`` or ``full``.
+        suite: ``quick``, ``full`` or ``compile``.
         flashinfer: FlashInfer is importable (its rows are skipped otherwise).
         graphs: CUDA graphs are available (rows that need them are dropped otherwise, e.g. on the CPU).
 
@@ -63,16 +66,35 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
     """
     fast = "flashinfer" if flashinfer else "sdpa"
     static = {"commit_rule": "low_confidence_static"}
+    best = {**static, "block_size": 32, "backend": fast, "cuda_graphs": True}
+    headline = (f"B32 S8 {fast} graphs fused", {**best, "steps": 8})
     rows: list[tuple[str, dict[str, Any]]] = [
         ("AR hf-eager", {"block_size": 1, "steps": 1}),  # fused order: one forward per token
         (f"AR static {fast} graphs", {"block_size": 1, "steps": 1, "backend": fast, "cuda_graphs": True}),
+        headline,
+    ]
+    compiled = [
+        (f"B32 S8 {fast} graphs fused compile", {**best, "steps": 8, "compile": True}),
+        (f"B32 S8 K8 {fast} graphs fused compile", {**best, "steps": 8, "candidates": 8, "compile": True}),
         (
-            f"B32 S8 {fast} graphs fused",
-            {**static, "block_size": 32, "steps": 8, "backend": fast, "cuda_graphs": True},
+            f"AR static {fast} graphs compile",
+            {"block_size": 1, "steps": 1, "backend": fast, "cuda_graphs": True, "compile": True},
         ),
+        (f"B32 S8 K16 {fast} graphs fused compile", {**best, "steps": 8, "candidates": 16, "compile": True}),
+        (f"B32 S4 {fast} graphs fused compile", {**best, "steps": 4, "compile": True}),
     ]
     if suite == "quick":
         return _keep(rows, graphs)
+    if suite == "compile":  # most telling first: a device call may end before the last row
+        return _keep(
+            [
+                headline,
+                *compiled[:2],
+                (f"B32 S8 K8 {fast} graphs fused", {**best, "steps": 8, "candidates": 8}),
+                *compiled[2:],
+            ],
+            graphs,
+        )
     for size in (4, 8, 16, 32):
         base = {**static, "block_size": size, "steps": 8}
         label = f"B{size} S{min(8, size)}"  # the static rule caps S at B
@@ -85,12 +107,11 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
             ),
             (f"{label} {fast} graphs fused", {**base, "backend": fast, "cuda_graphs": True}),
         ]
-    best = {**static, "block_size": 32, "backend": fast, "cuda_graphs": True}
     rows += [(f"B32 S{steps} {fast} graphs fused", {**best, "steps": steps}) for steps in (4, 16, 32)]
     rows += [(f"B32 S8 K{k} {fast} graphs fused", {**best, "steps": 8, "candidates": k}) for k in (4, 8, 16)]
     if flashinfer:
         rows.append(("B32 S8 sdpa graphs fused", {**best, "steps": 8, "backend": "sdpa"}))
-    return _keep(rows, graphs)
+    return _keep(rows + compiled, graphs)
 
 
 def _keep(rows: list[tuple[str, dict[str, Any]]], graphs: bool) -> list[tuple[str, dict[str, Any]]]:
@@ -197,31 +218,44 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         has_flashinfer = False
     prompts = [_prompt(tokenizer, size) for size in args.image.split(",")]
-    prefills = {p.length: speed.measure_prefill(model, p, 32, repeat=args.repeat) for p in prompts}
     card["prompts"] = {size: p.length for size, p in zip(args.image.split(","), prompts, strict=True)}
     print(json.dumps(card))
-    for length, timing in prefills.items():
-        print(f"prefill {length} tokens: median {timing.median_ms:.2f} ms, p99 {timing.p99_ms:.2f} ms")
-    prefill_json = {str(length): timing.__dict__ for length, timing in prefills.items()}
+    # Prefill of the fast path (vision tower + lean layers) beside transformers' (the eager rows' prefill).
+    backends = ["sdpa", "flashinfer"] if has_flashinfer else ["sdpa"]
+    prefills = {p.length: speed.measure_prefills(model, p, 32, backends, repeat=args.repeat) for p in prompts}
+    for length, timings in prefills.items():
+        for name, timing in timings.items():
+            median, p99 = timing.median_ms, timing.p99_ms
+            print(f"prefill {length} tokens, {name}: median {median:.2f} ms, p99 {p99:.2f} ms")
+    prefill_json = {
+        str(length): {name: timing.__dict__ for name, timing in timings.items()}
+        for length, timings in prefills.items()
+    }
     rows: list[speed.SpeedRow] = []
     if args.what == "decode":
-        lean = LeanDecoder(model)
+        lean: dict[bool, LeanDecoder] = {}  # one per compile setting, shared by the rows
         for prompt in prompts:
             for name, settings in suite_rows(args.suite, has_flashinfer, graphs=device.type == "cuda"):
                 config = DecodeConfig(max_new_tokens=args.max_new_tokens, **settings)
-                decoder = (
-                    FastDecoder(model, config, prompt.length, lean) if config.backend != "eager" else None
-                )
+                decoder, prefill = None, prefills[prompt.length]["hf eager"]
+                if config.backend != "eager":
+                    if config.compile not in lean:
+                        lean[config.compile] = LeanDecoder(model, compile=config.compile)
+                    decoder = FastDecoder(model, config, prompt.length, lean[config.compile])
+                    prefill = speed.time_call(
+                        lambda d=decoder, p=prompt: d.cache.prefill(p), device, repeat=args.repeat
+                    )
                 row = speed.measure_decode(
                     f"{name} P{prompt.length}",
                     model,
                     tokenizer,
                     prompt,
                     config,
-                    prefills[prompt.length],
+                    prefill,
                     decoder,
                     repeat=args.repeat,
                 )
+                row.extra["prefill_ms"] = prefill.median_ms
                 rows.append(row)
                 print(speed.format_table([row]).splitlines()[-1], flush=True)
                 if args.json:  # after every row, so a run cut short still leaves its rows

@@ -31,8 +31,11 @@ COMPILE_SHAPES = 64
 class Attention(Protocol):
     """What the forward needs from an attention backend (attention/sdpa.py, attention/flashinfer.py)."""
 
-    def plan(self, start: int, length: int) -> None:
-        """Host-side setup of a forward of ``length`` queries from slot ``start``, outside any CUDA graph."""
+    shares_prompt: bool  # rows read the prompt from row 0 (so the cache need not copy it to every row)
+
+    def plan(self, start: int, length: int, shared: int) -> None:
+        """Host-side setup of a forward of ``length`` queries from slot ``start``, outside any CUDA graph;
+        slots below ``shared`` hold the prompt (in row 0 only if ``shares_prompt``)."""
 
     def prepare(self, start: torch.Tensor, length: int) -> None:
         """Device-side setup of one forward of ``length`` queries from slot ``start`` (a device scalar)."""

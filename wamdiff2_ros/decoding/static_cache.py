@@ -5,9 +5,9 @@
 write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
 forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs (graphs.py).
 The prompt's text-decoder pass is the lean one too (prefill.py: transformers' vision tower, lean layers) into
-row 0, then copied to the other rows. Slots: the prompt occupies [0, P), answer token j slot P + j. A
-denoising forward writes the block's K/V into its own slots, which the next forward overwrites: "read-only"
-is free here.
+row 0, then copied to the other rows unless the backend reads it from row 0 (FlashInfer). Slots: the prompt
+occupies [0, P), answer token j slot P + j. A denoising forward writes the block's K/V into its own slots,
+which the next forward overwrites: "read-only" is free here.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class StaticBlockCache:
         """Point the next forward of ``length`` queries at the first unwritten answer slot (host side)."""
         slot = self.prompt_len + self.written
         self.start.fill_(slot)  # a kernel with the value as argument: no host sync
-        self.attention.plan(slot, length)
+        self.attention.plan(slot, length, self.prompt_len)
 
     def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
         tokens = tokens.to(self.model.device)
@@ -160,7 +160,7 @@ class StaticBlockCache:
 
     @torch.no_grad()
     def prefill(self, prompt: PromptTensors) -> None:
-        """Encode the prompt (transformers' vision tower, lean layers) into row 0 and copy it to every row.
+        """Encode the prompt (transformers' vision tower, lean layers) into row 0; SDPA gets a copy per row.
 
         Raises:
             InputError: the prompt is longer than ``max_prompt_len``.
@@ -169,7 +169,7 @@ class StaticBlockCache:
             raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
         inputs = prompt_inputs(self.model, prompt)
         row = self.cache.first_row()
-        self.prompt_attention.plan(0, prompt.length)
+        self.prompt_attention.plan(0, prompt.length, 0)
         self.decoder.prefill(
             inputs.embeds,
             inputs.cos,
@@ -179,7 +179,8 @@ class StaticBlockCache:
             self.prompt_attention,
             inputs.add_deepstack,
         )
-        self.cache.share_prompt(prompt.length)
+        if not self.attention.shares_prompt:
+            self.cache.share_prompt(prompt.length)
         self.prompt_len, self.rope_delta, self.written = prompt.length, inputs.rope_delta, 0
         self.position_offset.fill_(inputs.rope_delta)
         self.forwards += 1

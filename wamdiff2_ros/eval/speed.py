@@ -167,6 +167,41 @@ def measure_prefill(model: Any, prompt: Any, block_size: int, warmup: int = 1, r
     return time_call(lambda: BlockCache(model, block_size).prefill(prompt), model.device, warmup, repeat)
 
 
+def measure_prefills(
+    model: Any, prompt: Any, block_size: int, backends: list[str], warmup: int = 1, repeat: int = 5
+) -> dict[str, Timing]:
+    """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, and the fast path's
+    (vision tower + lean layers into a static cache) per attention backend (``lean <backend>``).
+
+    Args:
+        model: the Qwen3-VL model.
+        prompt: prompt tensors.
+        block_size: B of the prompt's block-causal mask.
+        backends: attention backends of the lean rows (none: transformers' rows only).
+        warmup: untimed calls.
+        repeat: timed calls.
+
+    Returns:
+        Timings by name.
+    """
+    from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+
+    timings = {"hf eager": measure_prefill(model, prompt, block_size, warmup, repeat)}
+    if prompt.pixel_values is not None:
+        pixels = prompt.pixel_values.to(model.device, model.dtype)
+        grid = prompt.image_grid_thw.to(model.device)
+        with torch.no_grad():
+            timings["vision tower"] = time_call(
+                lambda: model.model.get_image_features(pixels, grid), model.device, warmup, repeat
+            )
+    for backend in backends:
+        cache = StaticBlockCache(model, block_size, 1, prompt.length, block_size, backend=backend)
+        timings[f"lean {backend}"] = time_call(
+            lambda c=cache: c.prefill(prompt), model.device, warmup, repeat
+        )
+    return timings
+
+
 def measure_decode(
     name: str,
     model: Any,

@@ -1,7 +1,9 @@
 """FlashInfer attention over the static cache: paged prefill with page size 1, planned outside the graph.
 
 The static cache's rows are (slot, head, dim) arrays, so slot s of row r is page ``r * max_len + s`` of a
-paged cache with page size 1 (the layout SGLang uses) and no copy is needed. A forward of n queries per row
+paged cache with page size 1 (the layout SGLang uses) and no copy is needed. The K candidate rows share the
+prompt: every row's page table points at row 0's prompt pages, so the prompt is stored and read once, not K
+times (Fast-dDrive's forked prefix). A forward of n queries per row
 is ceil(n / B) "requests" per row, one per B-sized query group (a prompt's last one may be shorter), each
 non-causal over the keys below its group's end: the block sees itself whole (``causal=False``; FlashInfer's
 causal mask is bottom-right aligned) and, in the fused order, the committed block does not see the new one,
@@ -21,6 +23,37 @@ if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
+
+
+def page_table(
+    rows: int, max_len: int, block_size: int, start: int, length: int, shared: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's ragged query and page layout of a forward of ``length`` queries per row from ``start``.
+
+    One request per row and B-sized query group; a request sees slots [0, its group's end). Slots below
+    ``shared`` are row 0's pages for every row.
+
+    Args:
+        rows: K.
+        max_len: slots per row (pages per row).
+        block_size: B.
+        start: first query slot.
+        length: queries per row (a prompt's last group may be short).
+        shared: prompt slots read from row 0.
+
+    Returns:
+        (qo_indptr, kv_indptr, indices), int32 on the host.
+    """
+    ends = [min(group_start + block_size, length) for group_start in range(0, length, block_size)]
+    slots = torch.arange(start + length, dtype=torch.int32)
+    pages = [torch.where(slots < shared, slots, row * max_len + slots) for row in range(rows)]
+    indices = torch.cat([pages[row][: start + end] for row in range(rows) for end in ends])
+    query_lengths = [end - group * block_size for group, end in enumerate(ends)] * rows
+    qo_indptr = torch.zeros(len(query_lengths) + 1, dtype=torch.int32)
+    qo_indptr[1:] = torch.tensor(query_lengths, dtype=torch.int32).cumsum(0)
+    kv_indptr = torch.zeros(len(query_lengths) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.tensor([start + end for end in ends] * rows, dtype=torch.int32).cumsum(0)
+    return qo_indptr, kv_indptr, indices
 
 
 class FlashInferAttention:
@@ -51,8 +84,10 @@ class FlashInferAttention:
         self.query_heads = query_heads
         # Graph mode: a wrapper per query length n (fixed buffers); else one wrapper re-planned for any n.
         self.wrappers: dict[int, Any] = {}
-        self.planned: dict[int, tuple[int, int]] = {}  # id(wrapper) -> (start, n) of its current plan
+        self.planned: dict[int, tuple[int, int, int]] = {}  # id(wrapper) -> (start, n, shared) of its plan
         self.active: Any = None
+
+    shares_prompt = True  # rows read row 0's prompt slots: the cache need not copy them
 
     def _wrapper(self, length: int) -> Any:
         key = length if self.use_cuda_graph else 0
@@ -75,34 +110,21 @@ class FlashInferAttention:
             )
         return self.wrappers[key]
 
-    def plan(self, start: int, length: int) -> None:
-        """Plan ``length`` queries per row from slot ``start`` (host side; skipped when unchanged)."""
+    def plan(self, start: int, length: int, shared: int) -> None:
+        """Plan ``length`` queries per row from slot ``start``, slots below ``shared`` read from row 0 (host
+        side; skipped when unchanged)."""
         wrapper = self._wrapper(length)
         self.active = wrapper
-        if self.planned.get(id(wrapper)) == (start, length):
+        if self.planned.get(id(wrapper)) == (start, length, shared):
             return
-        size, rows, max_len = self.block_size, self.cache.rows, self.cache.max_len
-        ends = [min(group_start + size, length) for group_start in range(0, length, size)]  # query group ends
-        kv_lengths = [start + end for _ in range(rows) for end in ends]
-        indices = torch.cat(
-            [
-                row * max_len + torch.arange(start + end, dtype=torch.int32)
-                for row in range(rows)
-                for end in ends
-            ]
-        )
-        qo_indptr = torch.zeros(len(kv_lengths) + 1, dtype=torch.int32)
-        qo_indptr[1:] = torch.tensor(
-            [end - group * size for _ in range(rows) for group, end in enumerate(ends)], dtype=torch.int32
-        ).cumsum(0)
-        kv_indptr = torch.zeros(len(kv_lengths) + 1, dtype=torch.int32)
-        kv_indptr[1:] = torch.tensor(kv_lengths, dtype=torch.int32).cumsum(0)
+        rows, max_len = self.cache.rows, self.cache.max_len
+        qo_indptr, kv_indptr, indices = page_table(rows, max_len, self.block_size, start, length, shared)
         _, _, kv_heads, head_dim = self.cache.keys.shape[1:]
         wrapper.plan(
             qo_indptr,
             kv_indptr,
             indices,
-            torch.ones(len(kv_lengths), dtype=torch.int32),  # page size 1: every last page is full
+            torch.ones(len(kv_indptr) - 1, dtype=torch.int32),  # page size 1: every last page is full
             self.query_heads,
             kv_heads,
             head_dim,
@@ -111,7 +133,7 @@ class FlashInferAttention:
             q_data_type=self.cache.keys.dtype,
             kv_data_type=self.cache.keys.dtype,
         )
-        self.planned[id(wrapper)] = (start, length)
+        self.planned[id(wrapper)] = (start, length, shared)
 
     def prepare(self, start: torch.Tensor, length: int) -> None:
         """Nothing on the device: the plan already holds the key ranges."""

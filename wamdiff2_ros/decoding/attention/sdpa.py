@@ -31,7 +31,9 @@ class SdpaAttention:
         self.mask: torch.Tensor | None = None
         self.keys = torch.arange(cache.max_len, device=cache.device)  # (max_len,)
 
-    def plan(self, start: int, length: int) -> None:
+    shares_prompt = False  # every row attends over its own copy of the prompt
+
+    def plan(self, start: int, length: int, shared: int) -> None:
         """Host-side planning before a forward: nothing to do for SDPA (the mask is built on the device)."""
 
     def prepare(self, start: torch.Tensor, length: int) -> None:
