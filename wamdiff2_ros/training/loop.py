@@ -24,7 +24,7 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.checkpoint import load_checkpoint
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.training import checkpoints
-from wamdiff2_ros.training.collate import model_rope_index
+from wamdiff2_ros.training.collate import DiffusionBatch, DiffusionCollator, model_rope_index
 from wamdiff2_ros.training.config import TrainConfig, dump_config
 from wamdiff2_ros.training.data import Example, Record, RecordDataset, epoch_order, load_task_records
 from wamdiff2_ros.training.evaluate import evaluate_records
@@ -136,21 +136,42 @@ class BatchStream:
         return [self._at(p) for p in range(start, start + self.local)]
 
 
-class MicroBatches(torch.utils.data.Dataset):
-    """Item m: the tokenised examples of global micro-batch m on this rank (read in DataLoader workers)."""
+@dataclass(frozen=True)
+class SeededCollate:
+    """Collates global micro-batch m with a mask generator seeded by (seed, phase, step, micro, rank): the
+    same batch in a DataLoader worker or in the main process, in a fresh run or a resumed one."""
 
-    def __init__(self, dataset: RecordDataset, stream: BatchStream, length: int) -> None:
-        self.dataset, self.stream, self.length = dataset, stream, length
+    collator: DiffusionCollator
+    seed: int
+    phase_index: int
+    accumulation: int
+    rank: int
+
+    def __call__(self, micro_index: int, examples: list[Example]) -> DiffusionBatch:
+        step, micro = divmod(micro_index, self.accumulation)
+        seed = hash((self.seed, self.phase_index, step, micro, self.rank)) % (2**63)
+        return self.collator(examples, torch.Generator().manual_seed(seed))
+
+
+class MicroBatches(torch.utils.data.Dataset):
+    """Item m: global micro-batch m on this rank, read in DataLoader workers; collated there too when
+    ``collate`` is given (off-policy stages), which takes the mask building off the training loop."""
+
+    def __init__(
+        self, dataset: RecordDataset, stream: BatchStream, length: int, collate: SeededCollate | None
+    ) -> None:
+        self.dataset, self.stream, self.length, self.collate = dataset, stream, length, collate
 
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, micro_index: int) -> list[Example]:
-        return [self.dataset[i] for i in self.stream.micro_batch(micro_index)]
+    def __getitem__(self, micro_index: int) -> list[Example] | DiffusionBatch:
+        examples = [self.dataset[i] for i in self.stream.micro_batch(micro_index)]
+        return examples if self.collate is None else self.collate(micro_index, examples)
 
 
-def _as_is(item: list[Example]) -> list[Example]:
-    return item  # examples stay Python objects; collation happens in the main process (it needs the model)
+def _as_is(item: list[Example] | DiffusionBatch) -> list[Example] | DiffusionBatch:
+    return item  # already a micro-batch: no DataLoader batching
 
 
 def phase_steps(config: TrainConfig, epoch_len: int) -> int:
@@ -195,7 +216,6 @@ class PhaseTrainer:
             records, tokenizer, min_pixels=config.min_pixels, max_pixels=config.max_pixels
         )
         self.stream = BatchStream(records, config, phase, runtime)
-        self.collator = make_collator(config, phase, model_rope_index(model))
         self.total_steps = phase_steps(config, self.stream.epoch_len)
         per_step = config.local_batch_size * runtime.world_size
         if config.global_batch_size % per_step:
@@ -204,6 +224,13 @@ class PhaseTrainer:
                 f"size ({per_step})"
             )
         self.accumulation = config.global_batch_size // per_step
+        self.collate = SeededCollate(
+            make_collator(config, phase, model_rope_index(model)),
+            config.seed,
+            phase.index,
+            self.accumulation,
+            runtime.rank,
+        )
         self.warmup = min(config.warmup_steps_max, int(config.warmup_fraction * self.total_steps))
         self.optimizer = make_optimizer(model, config)
         student: torch.nn.Module = MaskedLogits(model)
@@ -221,11 +248,13 @@ class PhaseTrainer:
         checkpoints.load_optimizer_state(latest, self.optimizer)
         return int(checkpoints.read_state(latest)["step"])
 
-    def _loader(self, start_step: int) -> Iterator[list[Example]]:
-        """Examples of every micro-batch from ``start_step`` on, read ahead by ``num_workers`` processes."""
+    def _loader(self, start_step: int) -> Iterator[list[Example] | DiffusionBatch]:
+        """Every micro-batch from ``start_step`` on, read ahead by ``num_workers`` processes: collated
+        batches, or examples when the stage regenerates answers with the model first (on-policy)."""
         first, end = start_step * self.accumulation, self.total_steps * self.accumulation
+        collate = None if self.config.on_policy else self.collate
         loader = torch.utils.data.DataLoader(
-            MicroBatches(self.dataset, self.stream, end),
+            MicroBatches(self.dataset, self.stream, end, collate),
             batch_size=None,
             sampler=range(first, end),
             num_workers=self.config.num_workers,
@@ -233,13 +262,17 @@ class PhaseTrainer:
         )
         return iter(loader)
 
-    def _micro_step(self, step: int, micro: int, examples: list[Example]) -> tuple[dict, dict]:
+    def _micro_step(self, step: int, micro: int, item: list[Example] | DiffusionBatch) -> tuple[dict, dict]:
         """Forward and backward of one micro-batch; returns (metrics, cost: seq lens, head positions,
         patches per image)."""
-        if self.config.on_policy and step % self.config.generate_interval == 0:
-            examples = regenerate(self.model, self.tokenizer, examples, self.config, self.phase.block_size)
-        seed = hash((self.config.seed, self.phase.index, step, micro, self.runtime.rank)) % (2**63)
-        batch = self.collator(examples, torch.Generator().manual_seed(seed))
+        if isinstance(item, DiffusionBatch):
+            batch = item
+        else:
+            examples = item
+            if step % self.config.generate_interval == 0:
+                block = self.phase.block_size
+                examples = regenerate(self.model, self.tokenizer, examples, self.config, block)
+            batch = self.collate(step * self.accumulation + micro, examples)
         batch = batch.to(self.runtime.device, self.model.dtype)
         samples = self.config.local_batch_size * self.accumulation
         last = micro == self.accumulation - 1
@@ -269,7 +302,9 @@ class PhaseTrainer:
         used = (time.perf_counter() - phase_started) / self.config.max_phase_s
         return max(step, used * self.total_steps)
 
-    def _step(self, step: int, batches: Iterator[list[Example]], schedule_position: float) -> dict:
+    def _step(
+        self, step: int, batches: Iterator[list[Example] | DiffusionBatch], schedule_position: float
+    ) -> dict:
         scale = lr_scale(schedule_position, self.total_steps, self.warmup)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * scale
@@ -279,9 +314,9 @@ class PhaseTrainer:
         data_s = 0.0
         for micro in range(self.accumulation):
             waited = time.perf_counter()
-            examples = next(batches)
+            item = next(batches)
             data_s += time.perf_counter() - waited  # time the accelerator waits for data (0 when read ahead)
-            metrics, micro_cost = self._micro_step(step, micro, examples)
+            metrics, micro_cost = self._micro_step(step, micro, item)
             for key, value in metrics.items():
                 # loss and ce are already divided by the step's samples: sum them; average the rest
                 sums[key] = sums.get(key, 0.0) + (
