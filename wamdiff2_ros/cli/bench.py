@@ -25,9 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "what",
-        choices=("decode", "prefill", "plot", "node"),
+        choices=("decode", "prefill", "plot", "node", "profile"),
         help="what to time (plot: draw the chain of --input; node: frame-to-trajectory latency of the "
-        "planner node over DDS)",
+        "planner node over DDS; profile: kernel time of one graphed B32 S8 step and forward, with and "
+        "without compile)",
     )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
@@ -193,6 +194,38 @@ def _node(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, fast: str) -> dict[str, Any]:
+    # One non-fused denoising step and one 32-token forward, replayed from their CUDA graphs.
+    import torch
+
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.fast import FastDecoder
+    from wamdiff2_ros.eval import speed
+    from wamdiff2_ros.model.tokenizer import MASK_ID
+
+    results = {}
+    for compile in (False, True):
+        settings = {"block_size": 32, "steps": 8, "commit_rule": "low_confidence_static", "backend": fast}
+        config = DecodeConfig(
+            cuda_graphs=True, compile=compile, max_new_tokens=args.max_new_tokens, **settings
+        )
+        decoder = FastDecoder(model, config, prompt.length)
+        decoder.decode(tokenizer, prompt)  # captures the step graphs
+        cache = decoder.cache
+        cache.denoise(torch.full((1, 32), MASK_ID, device=model.device))  # captures the forward graph
+        graphs = {"step": decoder.step_graphs.graphs[(False, 4)], "forward": cache.graphs.graphs[32][0]}
+        for name, graph in graphs.items():
+
+            def replay(graph: Any = graph, cache: Any = cache) -> None:
+                cache.place(32)
+                graph.replay()
+
+            label = f"{name}{' compiled' if compile else ''}"
+            results[label] = speed.profile_replays(replay, model.device)
+            print(label, json.dumps(results[label]), flush=True)
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "plot":
         return _plot(args)
@@ -231,7 +264,12 @@ def run(args: argparse.Namespace) -> int:
         str(length): {name: timing.__dict__ for name, timing in timings.items()}
         for length, timings in prefills.items()
     }
+    extra: dict[str, Any] = {"prefill": prefill_json}
     rows: list[speed.SpeedRow] = []
+    if args.what == "profile":
+        extra["profile"] = _profile(
+            args, model, tokenizer, prompts[0], "flashinfer" if has_flashinfer else "sdpa"
+        )
     if args.what == "decode":
         lean: dict[bool, LeanDecoder] = {}  # one per compile setting, shared by the rows
         for prompt in prompts:
@@ -259,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                 rows.append(row)
                 print(speed.format_table([row]).splitlines()[-1], flush=True)
                 if args.json:  # after every row, so a run cut short still leaves its rows
-                    speed.write_json(args.json, card, rows, {"prefill": prefill_json})
+                    speed.write_json(args.json, card, rows, extra)
                 del decoder
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -267,6 +305,6 @@ def run(args: argparse.Namespace) -> int:
                 args.suite = "quick"  # later prompts: headline rows only
         print(speed.format_table(rows))
     if args.json:
-        speed.write_json(args.json, card, rows, {"prefill": prefill_json})
+        speed.write_json(args.json, card, rows, extra)
     sys.stdout.flush()
     return 0

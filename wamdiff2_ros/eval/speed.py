@@ -290,6 +290,51 @@ def _time_block_forward(model: Any, prompt: Any, config: Any, decoder: Any) -> T
     return time_call(lambda: cache.denoise(block), model.device, 2, 20)
 
 
+# Kernel kinds by name (cuBLAS/CUTLASS GEMMs, attention, Inductor's Triton kernels); the rest is "other".
+KERNEL_KINDS = (
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "splitk")),
+    ("attention", ("flashinfer", "prefill", "fmha", "flash", "attention")),
+    ("compiled", ("triton",)),
+)
+
+
+def kernel_kind(name: str) -> str:
+    """``gemm``, ``attention``, ``compiled`` or ``other`` for a CUDA kernel name."""
+    lowered = name.lower()
+    return next((kind for kind, marks in KERNEL_KINDS if any(mark in lowered for mark in marks)), "other")
+
+
+def profile_replays(replay: Callable[[], object], device: torch.device, repeat: int = 20) -> dict[str, Any]:
+    """Time ``replay`` (median of ``repeat`` after 2 warm-ups) and sum its kernels' device time by kind.
+
+    Args:
+        replay: the work, e.g. one CUDA graph replay.
+        device: the CUDA device.
+        repeat: calls timed and profiled.
+
+    Returns:
+        ``ms`` (median wall time per call), ``kernels`` (per call), ``gpu_ms`` (per call, by kind) and ``top``
+        (the 8 costliest kernels: name, ms and launches per call).
+    """
+    timing = time_call(replay, device, warmup=2, repeat=repeat)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(repeat):
+            replay()
+        _sync(device)
+    kernels = [e for e in profile.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_kind: dict[str, float] = {}
+    for event in kernels:
+        kind = kernel_kind(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e3 / repeat
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:8]
+    return {
+        "ms": timing.median_ms,
+        "kernels": sum(e.count for e in kernels) / repeat,
+        "gpu_ms": by_kind,
+        "top": [(e.key[:70], e.self_device_time_total / 1e3 / repeat, e.count / repeat) for e in top],
+    }
+
+
 # The chain the paper reports for its block decoder (ms/token: AR, Block-32, +FlashInfer, +CUDA Graphs).
 PAPER_CHAIN_MS = (22.7, 8.1, 4.6, 1.5)
 
