@@ -47,7 +47,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     parser.add_argument("--json", help="write the card and rows to this file")
-    parser.add_argument("--input", help="plot: a JSON file written by --json")
+    parser.add_argument(
+        "--input",
+        help="plot: JSON files written by --json, comma-separated (later rows replace earlier ones)",
+    )
     parser.add_argument("--out", default="docs/decode_latency_chain.png", help="plot: PNG to write")
     parser.add_argument("--rate-hz", type=float, default=2.0, help="node: camera frame rate (default 2)")
     parser.add_argument("--frames", type=int, default=30, help="node: frames to publish (default 30)")
@@ -139,6 +142,7 @@ CHAIN = (
     ("B32 S8 flashinfer", "+ static cache\n+ FlashInfer"),
     ("B32 S8 flashinfer graphs", "+ CUDA graphs"),
     ("B32 S8 flashinfer graphs fused", "+ fused\ncache order"),
+    ("B32 S8 flashinfer graphs fused compile", "+ torch.compile"),
 )
 
 
@@ -149,17 +153,20 @@ def _plot(args: argparse.Namespace) -> int:
     from wamdiff2_ros.model.presets import preset_config
 
     if not args.input:
-        raise InputError("bench plot needs --input, a JSON file written by bench decode --json")
-    payload = json.loads(Path(args.input).read_text())
-    prompt = max(payload["card"]["prompts"].values())
-    rows = [row for row in payload["rows"] if row["prompt_tokens"] == prompt]
-    for row in rows:
-        row["name"] = row["name"].rsplit(" P", 1)[0]
+        raise InputError("bench plot needs --input, JSON files written by bench decode --json")
+    payloads = [json.loads(Path(path).read_text()) for path in args.input.split(",")]
+    prompt = max(payloads[0]["card"]["prompts"].values())
+    by_name = {}  # a row of a later file replaces the same row of an earlier one
+    for payload in payloads:
+        for row in payload["rows"]:
+            if row["prompt_tokens"] == prompt:
+                by_name[row["name"].rsplit(" P", 1)[0]] = row | {"name": row["name"].rsplit(" P", 1)[0]}
     floor = block_floor_ms_per_token(
-        preset_config(payload["card"]["preset"]).text_config, 32, 8, prompt + 64, False
+        preset_config(payloads[0]["card"]["preset"]).text_config, 32, 8, prompt + 64, False
     )
-    names, labels = zip(*CHAIN, strict=True)
-    plot_chain(rows, list(names), list(labels), floor, args.out)
+    chain = [(name, label) for name, label in CHAIN if name in by_name]
+    names, labels = zip(*chain, strict=True)
+    plot_chain(list(by_name.values()), list(names), list(labels), floor, args.out)
     print(f"wrote {args.out}")
     return 0
 
