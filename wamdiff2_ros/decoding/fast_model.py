@@ -270,8 +270,8 @@ class LeanDecoder:
         """
         attention.prepare(start, tokens.shape[1])
         layers, keys, values = self.layers, cache.keys, cache.values
-        # Three or four kernels between two attention calls when compiled (gpu_probe.md: at 2b sizes a
-        # forward is bound by kernel count, not bytes).
+        # Compiled, the work between two attention calls is the four GEMMs and a few fused kernels
+        # (gpu_probe.md: at 2b sizes a forward is bound by kernel count, not bytes).
         x, q, slots, cos, sin = self._begin(
             tokens,
             start,
