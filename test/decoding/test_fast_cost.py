@@ -10,7 +10,7 @@ import torch
 from wamdiff2_ros.cli.bench import SUITES, suite_rows
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.cost import block_floor_ms_per_token, forward_cost
-from wamdiff2_ros.eval.speed import SpeedRow, Timing, format_table, time_call, write_json
+from wamdiff2_ros.eval.speed import SpeedRow, Timing, format_table, kernel_kind, time_call, write_json
 from wamdiff2_ros.model.presets import preset_config
 
 
@@ -88,3 +88,17 @@ def test_bench_decode_runs_end_to_end_on_the_tiny_preset(tmp_path, capsys):
     saved = json.loads(out.read_text())
     assert saved["rows"][0]["name"].startswith("AR hf-eager") and saved["rows"][0]["answer_tokens"] == 8
     assert "ms/tok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("nvjet_tst_128x8_64x4_1x2_h_bz_coopB_TNT", "gemm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "gemm"),
+        ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>", "attention"),
+        ("triton_red_fused__softmax_0", "compiled"),
+        ("void at::native::vectorized_elementwise_kernel<4, ...>", "other"),
+    ],
+)
+def test_profile_sorts_kernels_by_kind(name, kind):
+    assert kernel_kind(name) == kind
