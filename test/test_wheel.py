@@ -50,6 +50,7 @@ def wheel_files(tmp_path_factory) -> set[str]:
         "wamdiff2_ros-0.1.0.data/data/lib/wamdiff2_ros/scorer_node",
         "wamdiff2_ros-0.1.0.data/data/share/wamdiff2_ros/launch/planner.launch.py",
         "wamdiff2_ros-0.1.0.data/data/share/wamdiff2_ros/config/planner.yaml",
+        "wamdiff2_ros-0.1.0.data/data/share/wamdiff2_ros/models/default/model.safetensors",
         "wamdiff2_ros-0.1.0.data/data/share/wamdiff2_ros/msg/PlannedTrajectory.idl",
         "wamdiff2_ros-0.1.0.data/data/share/wamdiff2_ros/package.xml",
         "wamdiff2_ros-0.1.0.data/data/share/ament_index/resource_index/packages/wamdiff2_ros",

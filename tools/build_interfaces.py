@@ -220,10 +220,11 @@ def stage() -> None:
 
 
 def stage_resources() -> None:
-    """Stage what ``ros2 launch`` / ``ros2 run`` look up under the prefix: launch and config files under
-    ``share/<pkg>``, and the node executables under ``lib/<pkg>`` (launch_ros never looks in ``bin/``)."""
+    """Stage what ``ros2 launch`` / ``ros2 run`` look up under the prefix: launch and config files and the
+    bundled default model under ``share/<pkg>``, and the node executables under ``lib/<pkg>`` (launch_ros
+    never looks in ``bin/``)."""
     share = STAGE / "share" / PACKAGE
-    for folder in ("launch", "config"):
+    for folder in ("launch", "config", "models"):
         shutil.rmtree(share / folder, ignore_errors=True)
         if (ROOT / folder).is_dir():
             shutil.copytree(ROOT / folder, share / folder)

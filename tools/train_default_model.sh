@@ -35,8 +35,9 @@ pack() { # NAME FOLDER: bf16 copy -> $OUT/NAME.tar.part-aa, -ab
   [ -d "$2" ] || { echo "pack $1: nothing at '$2'"; return; }
   python3 - "$2" "/tmp/pack/$1" <<'PY'
 import sys
-from wamdiff2_ros.model.checkpoint import load_checkpoint, save_checkpoint
-save_checkpoint(load_checkpoint(sys.argv[1], dtype="bf16").model, sys.argv[2])
+from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
+loaded = load_checkpoint(sys.argv[1], dtype="bf16")
+save_checkpoint(loaded.model, sys.argv[2], pixels=read_pixel_budget(sys.argv[1]))
 PY
   cp "$2/trainer_state.json" "$2/train_config.yaml" "/tmp/pack/$1/" 2>/dev/null
   echo "$2" > "/tmp/pack/$1/SOURCE"

@@ -31,7 +31,9 @@ def test_plan_json_has_eight_bounded_waypoints_and_costs(image_file, capsys):
 
 
 def test_plan_table_lists_every_candidate(image_file, capsys):
-    code = main(["plan", "--image", image_file, *STATE, "--block-size", "16", "--candidates", "2"])
+    argv = ["plan", "--image", image_file, *STATE, "--preset", "tiny", "--block-size", "16"]
+    argv += ["--candidates", "2"]
+    code = main(argv)
     out = capsys.readouterr().out
     assert code == 0
     assert "candidate 0 (seed 0)" in out and "candidate 1 (seed 1)" in out

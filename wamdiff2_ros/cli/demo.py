@@ -15,8 +15,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Generates a short drive as a rosbag2 bag, replays it with /clock through the real planner and "
             "scorer nodes (as planner.launch.py config:=carla use_sim_time:=true starts them), records their "
-            "outputs, and writes a contact sheet, a GIF and open-loop metrics. Until a trained default model "
-            "is bundled, the model is the tiny random-weight preset: plans are well-formed but meaningless."
+            "outputs, and writes a contact sheet, a GIF and open-loop metrics. The model is the bundled "
+            "default model (models/default) unless --model or --preset names another."
         ),
     )
     parser.add_argument(
@@ -24,11 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seconds", type=float, default=8.0, help="length of the drive (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="scene seed (default 0)")
+    parser.add_argument("--model", default="", help="checkpoint folder (default: the bundled default model)")
     parser.add_argument(
-        "--model", default="", help="checkpoint folder (default: the tiny random-weight preset)"
-    )
-    parser.add_argument(
-        "--preset", default="tiny", choices=("tiny", "2b", "8b"), help="preset without --model"
+        "--preset", default="", choices=("", "tiny", "2b", "8b"), help="random-weight preset instead"
     )
     parser.add_argument(
         "--rate", type=float, default=0.5, help="replay speed; the CPU planner is slow (default 0.5)"

@@ -80,9 +80,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     closed_loop.add_argument(
         "--policy",
         action="append",
-        choices=("expert", "constant-velocity"),
+        choices=("expert", "constant-velocity", "model"),
         default=None,
-        help="policy to drive (repeatable; default both baselines)",
+        help="policy to drive (repeatable; default both baselines); model: --model, else the bundled default",
+    )
+    closed_loop.add_argument("--model", default="", help="checkpoint folder of the model policy")
+    closed_loop.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
+    closed_loop.add_argument("--steps", type=int, default=32, help="model policy's steps per block")
+    closed_loop.add_argument(
+        "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
     )
     closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
     closed_loop.add_argument("--seed", type=int, default=0, help="first scene seed (default 0)")
@@ -153,15 +159,38 @@ def _write_open_loop_outputs(args: argparse.Namespace, report: dict, planners: d
     print(f"wrote {args.out / 'report.json'} and plots")
 
 
+def _model_policy(args: argparse.Namespace):
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.planner import Planner
+    from wamdiff2_ros.eval.model_policy import ModelPolicy
+
+    config = DecodeConfig(block_size=args.block_size, steps=args.steps, max_new_tokens=96, grammar=True)
+    return ModelPolicy(Planner.from_settings(config, checkpoint=args.model or None))
+
+
 def run_closed_loop(args: argparse.Namespace) -> int:
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.closed_loop import evaluate_closed_loop
+    from wamdiff2_ros.eval.model_policy import model_policy_factory
+    from wamdiff2_ros.geometry import Camera
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
 
     names = args.policy or ["expert", "constant-velocity"]
-    config = ClosedLoopConfig(route_length_m=args.route_m, max_duration_s=args.max_s, plan_hz=args.plan_hz)
+    config = ClosedLoopConfig(
+        route_length_m=args.route_m,
+        max_duration_s=args.max_s,
+        plan_hz=args.plan_hz,
+        camera=Camera().scaled_to_width(args.image_width),
+    )
     seeds = list(range(args.seed, args.seed + args.episodes))
-    report = evaluate_closed_loop({n: baseline_factory(n) for n in names}, seeds, config, args.kind)
+    factories = {n: baseline_factory(n) for n in names if n != "model"}
+    policy = None
+    if "model" in names:
+        policy = _model_policy(args)
+        factories["model"] = model_policy_factory(policy)
+    report = evaluate_closed_loop(factories, seeds, config, args.kind)
+    if policy is not None:
+        report["policies"]["model"] |= {"source": policy.planner.loaded.source, **policy.counters()}
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

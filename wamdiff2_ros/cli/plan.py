@@ -20,8 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="plan 8 waypoints (4 s) for one front image and ego state",
         description="Build the WAM-Diff2 planning prompt from an image and the ego state, decode it by block "
         "diffusion and print the waypoints (ego frame: x forward, y left, metres, 0.5 s apart), the number "
-        "of forward passes and the time. Without --checkpoint a random-weight preset is used (for testing "
-        "the pipeline; its waypoints mean nothing).",
+        "of forward passes and the time. Without --checkpoint or --preset the bundled default model plans; "
+        "--preset builds random weights (for testing the pipeline: their waypoints mean nothing).",
     )
     parser.add_argument("--image", required=True, help="front camera image file (any format PIL reads)")
     parser.add_argument("--velocity", nargs=2, type=float, required=True, metavar=("VX", "VY"), help="m/s")
@@ -31,9 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--command", required=True, choices=COMMAND_CHOICES, help="navigation command")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
-    source.add_argument(
-        "--preset", default="tiny", help="random-weight preset when no checkpoint (default tiny)"
-    )
+    source.add_argument("--preset", default="", help="random-weight preset: tiny, 2b or 8b")
     parser.add_argument("--block-size", type=int, default=32, help="tokens per block B; 1 = AR (default 32)")
     parser.add_argument("--steps", type=int, default=32, help="denoising steps per block (default 32)")
     parser.add_argument("--remasking", choices=RULE_CHOICES, default=RULE_CHOICES[0], help="commit rule")

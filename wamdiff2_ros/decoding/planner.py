@@ -18,6 +18,7 @@ from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
+from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
 from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt, build_prompt
 from wamdiff2_ros.model.tokenizer import load_tokenizer
@@ -75,13 +76,15 @@ class Planner:
     """A loaded model plus decode settings; ``plan`` turns driving inputs into candidate trajectories.
 
     Args:
-        loaded: model and tokenizer (``load_checkpoint`` or ``Planner.from_preset``).
+        loaded: model and tokenizer (``load_checkpoint`` or ``Planner.from_settings``).
         config: decode settings; ``config.candidates`` answers are decoded in one batch.
-        max_pixels: pixel budget of the image resize (reference: 2,073,600).
+        max_pixels: pixel budget of the image resize; None: the checkpoint's own (the budget it was trained
+            with), else the reference's 2,073,600.
     """
 
-    def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int = MAX_PIXELS) -> None:
-        self.loaded, self.config, self.max_pixels = loaded, config, max_pixels
+    def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int | None = None) -> None:
+        self.loaded, self.config = loaded, config
+        self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
         # The grammar's token automaton is built once per tokenizer and bound (about a second on a CPU).
         self._grammar = planning_grammar(loaded.tokenizer, config) if config.grammar else None
@@ -92,18 +95,20 @@ class Planner:
         config: DecodeConfig,
         *,
         checkpoint: str | Path | None = None,
-        preset: str = "tiny",
+        preset: str = "",
         device: str = "cpu",
         dtype: str = "fp32",
-        max_pixels: int = MAX_PIXELS,
+        max_pixels: int | None = None,
     ) -> Planner:
-        """Load a checkpoint folder, or build a random-weight preset when ``checkpoint`` is empty.
+        """Load a checkpoint folder; else build a random-weight ``preset``; with neither, load the bundled
+        default model.
 
         Raises:
-            CheckpointError: the checkpoint folder is missing, incomplete or corrupt.
+            CheckpointError: the checkpoint folder is missing, incomplete or corrupt, or (with neither
+                given) there is no bundled default model.
         """
-        if checkpoint:
-            loaded = load_checkpoint(checkpoint, dtype=dtype, device=device)
+        if checkpoint or not preset:
+            loaded = load_checkpoint(checkpoint or default_model_dir(), dtype=dtype, device=device)
         else:
             model = build_model(preset, dtype=dtype, device=device)
             loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{preset}")

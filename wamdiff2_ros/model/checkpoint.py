@@ -25,6 +25,8 @@ from wamdiff2_ros.model.tokenizer import load_tokenizer
 MANIFEST = "wamdiff2_manifest.json"
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+# Image resize budget the model was trained with, in the Qwen2-VL processor's keys.
+PREPROCESSOR = "preprocessor_config.json"
 # model_type of the reference's renamed copy of Qwen3-VL (reference modeling_wam_diff2.py); same fields.
 ACCEPTED_MODEL_TYPES = ("qwen3_vl", "wam_diff2")
 
@@ -36,6 +38,7 @@ class LoadedModel:
     model: Qwen3VLForConditionalGeneration
     tokenizer: PreTrainedTokenizerBase
     source: str
+    max_pixels: int | None = None  # the image budget it was trained at (preprocessor_config.json), if known
 
 
 def _sha256(path: Path) -> str:
@@ -50,6 +53,7 @@ def save_checkpoint(
     model: Qwen3VLForConditionalGeneration,
     folder: str | Path,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    pixels: tuple[int, int] | None = None,
 ) -> Path:
     """Write ``config.json``, ``model.safetensors``, the manifest and (if given) the tokenizer files.
 
@@ -57,6 +61,8 @@ def save_checkpoint(
         model: the model to save, any dtype and device; tensors are written as they are (bit exact).
         folder: destination; created if missing. Existing files of the same names are replaced.
         tokenizer: written with ``save_pretrained`` when given.
+        pixels: (min_pixels, max_pixels) of the image resize it was trained with, written to
+            ``preprocessor_config.json`` so that inference resizes images the same way.
 
     Returns:
         The folder path.
@@ -74,7 +80,29 @@ def save_checkpoint(
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
+    if pixels is not None:
+        budget = {"min_pixels": pixels[0], "max_pixels": pixels[1]}
+        (folder / PREPROCESSOR).write_text(json.dumps(budget, indent=2) + "\n")
     return folder
+
+
+def read_pixel_budget(folder: str | Path) -> tuple[int, int] | None:
+    """(min_pixels, max_pixels) from the folder's ``preprocessor_config.json``; None when it has none.
+
+    Raises:
+        CheckpointError: the file exists but does not hold two positive integers.
+    """
+    path = Path(folder) / PREPROCESSOR
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        low, high = int(data["min_pixels"]), int(data["max_pixels"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: needs integer min_pixels and max_pixels ({error})") from error
+    if not 0 < low <= high:
+        raise CheckpointError(f"{path}: need 0 < min_pixels <= max_pixels, got {low}, {high}")
+    return low, high
 
 
 def read_config(folder: Path) -> Qwen3VLConfig:
@@ -228,4 +256,10 @@ def load_checkpoint(
             expected[name].copy_(tensor)
     if config.tie_word_embeddings:
         model.tie_weights()
-    return LoadedModel(model=model.eval(), tokenizer=load_tokenizer(folder), source=str(folder))
+    budget = read_pixel_budget(folder)
+    return LoadedModel(
+        model=model.eval(),
+        tokenizer=load_tokenizer(folder),
+        source=str(folder),
+        max_pixels=None if budget is None else budget[1],
+    )

@@ -230,7 +230,7 @@ def run_demo(out: Path, *, seconds: float, seed: int, model: str, preset: str, r
         raise RuntimeError(f"the nodes produced no scored plans; see the logs in {out}")
     camera = load_camera(scenes)
     summary = open_loop_metrics(frames) | {
-        "model": model or f"preset:{preset} (random weights)",
+        "model": model or (f"preset:{preset} (random weights)" if preset else "default model"),
         "seed": seed,
     }
     return DemoOutputs(

@@ -49,13 +49,16 @@ class Param:
 
 PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
-        "model.checkpoint", "", "Local checkpoint folder (config.json, *.safetensors); empty: model.preset."
+        "model.checkpoint",
+        "",
+        "Local checkpoint folder (config.json, *.safetensors); empty: model.preset, and with that empty "
+        "too the bundled default model (models/default).",
     ),
     Param(
         "model.preset",
-        "tiny",
-        "Random-weight preset used when no checkpoint is given.",
-        choices=("tiny", "2b", "8b"),
+        "",
+        "Random-weight preset used when no checkpoint is given (for tests and benchmarks).",
+        choices=("", "tiny", "2b", "8b"),
     ),
     Param("model.device", "cpu", "Torch device of the model, e.g. cpu or cuda:0."),
     Param("model.dtype", "fp32", "Weights and activations dtype.", choices=("fp32", "bf16", "fp16")),
@@ -112,9 +115,10 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("input.use_imu", True, "Take acceleration from the IMU when fresh, else differentiate velocity."),
     Param(
         "input.max_pixels",
-        2_073_600,
-        "Pixel budget of the model's image resize (reference: 1920x1080).",
-        12_544,
+        0,
+        "Pixel budget of the model's image resize; 0: the checkpoint's own (its preprocessor_config.json), "
+        "else the reference's 2,073,600 (1920x1080).",
+        0,
         16_777_216,
     ),
     Param("output.frame_id", "base_link", "Ego frame id written into trajectory headers."),

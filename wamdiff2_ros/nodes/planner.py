@@ -146,7 +146,8 @@ class PlannerNode(Node):
 
     def _load_model(self) -> None:
         p = self.params
-        source = p["model.checkpoint"] or f"preset {p['model.preset']}"
+        preset = f"preset {p['model.preset']}" if p["model.preset"] else "the default model"
+        source = p["model.checkpoint"] or preset
         self.health.set_model_state("loading", source)
         started = time.perf_counter()
         try:
@@ -156,7 +157,7 @@ class PlannerNode(Node):
                 preset=p["model.preset"],
                 device=p["model.device"],
                 dtype=p["model.dtype"],
-                max_pixels=p["input.max_pixels"],
+                max_pixels=p["input.max_pixels"] or None,
             )
         except Exception as error:  # reported as an ERROR diagnostic; the node stays up
             self.health.set_model_state("error", f"{type(error).__name__}: {error}")

@@ -64,7 +64,7 @@ def save_training_checkpoint(
     """
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(model, tmp, tokenizer)
+    save_checkpoint(model, tmp, tokenizer, pixels=(config.min_pixels, config.max_pixels))
     dump_config(config, tmp / CONFIG)
     if optimizer is not None:
         tensors, groups = _optimizer_tensors(optimizer)
