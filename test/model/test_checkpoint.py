@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from wamdiff2_ros.errors import CheckpointError
-from wamdiff2_ros.model.checkpoint import MANIFEST, WEIGHTS, load_checkpoint, save_checkpoint
+from wamdiff2_ros.model.checkpoint import (
+    MANIFEST,
+    PREPROCESSOR,
+    WEIGHTS,
+    load_checkpoint,
+    read_pixel_budget,
+    save_checkpoint,
+)
 from wamdiff2_ros.model.forward import block_causal_logits
 
 
@@ -122,3 +129,17 @@ def test_wam_diff2_model_type_is_accepted(copy, tiny_model):
     (copy / "config.json").write_text(json.dumps(config))
     loaded = load_checkpoint(copy).model
     assert torch.equal(loaded.lm_head.weight, tiny_model.lm_head.weight)
+
+
+def test_pixel_budget_travels_with_the_checkpoint(tiny_model, tmp_path):
+    folder = save_checkpoint(tiny_model, tmp_path / "ckpt", pixels=(3136, 12544))
+    assert read_pixel_budget(folder) == (3136, 12544)
+    assert load_checkpoint(folder).max_pixels == 12544
+    assert load_checkpoint(save_checkpoint(tiny_model, tmp_path / "plain")).max_pixels is None
+
+
+@pytest.mark.parametrize("content", ['{"min_pixels": 10}', '{"min_pixels": 9, "max_pixels": 4}', "not json"])
+def test_bad_pixel_budget_is_a_checkpoint_error(copy, content):
+    (copy / PREPROCESSOR).write_text(content)
+    with pytest.raises(CheckpointError, match=PREPROCESSOR):
+        load_checkpoint(copy)
