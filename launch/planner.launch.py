@@ -49,7 +49,9 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription(
         [
             DeclareLaunchArgument(
-                "model", default_value="", description="Checkpoint folder (empty: the preset)."
+                "model",
+                default_value="",
+                description="Checkpoint folder (empty: the preset, or with no preset the bundled default model).",
             ),
             DeclareLaunchArgument(
                 "preset", default_value="", description="Random-weight preset: tiny, 2b or 8b."

@@ -1,0 +1,51 @@
+"""The bundled default model (models/default): found, within the size budget, loaded wherever no model is
+given, resized at its own pixel budget, and planning a parsable trajectory in fewer forwards than tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
+from wamdiff2_ros.model.checkpoint import read_pixel_budget
+from wamdiff2_ros.model.default import default_model_dir
+
+MAX_WEIGHT_BYTES = 30_000_000
+
+
+def test_default_model_is_the_repository_folder_and_fits_the_budget() -> None:
+    folder = default_model_dir()  # the source tree's, or the install's share/wamdiff2_ros/models/default
+    assert folder.parts[-2:] == ("models", "default")
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert 0 < weights <= MAX_WEIGHT_BYTES
+    assert read_pixel_budget(folder) == (3136, 12544)
+    assert (folder / "MODEL_CARD.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def default_planner() -> Planner:
+    return Planner.from_settings(DecodeConfig(block_size=32, steps=32, max_new_tokens=96, grammar=True))
+
+
+def test_no_checkpoint_and_no_preset_loads_the_default_model(default_planner: Planner) -> None:
+    assert Path(default_planner.loaded.source) == default_model_dir()
+    assert default_planner.max_pixels == 12544  # its own budget, not the reference's 1920x1080
+
+
+def test_default_model_plans_a_rendered_frame_in_blocks(default_planner: Planner) -> None:
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.sim.render import render_front
+    from wamdiff2_ros.sim.scenes import make_scene
+
+    scene = make_scene(3)
+    image = render_front(Camera().scaled_to_width(640), scene.lanes, scene.snapshot()).image_rgb
+    speed = 12.0
+    output = default_planner.plan(DrivingInputs(image, "straight", (speed, 0.0), (0.0, 0.0)))
+    waypoints = output.candidates[0].waypoints_ego
+    assert waypoints is not None and np.isfinite(waypoints).all()
+    assert 0.0 < waypoints[-1, 0] < 8 * 0.5 * speed * 1.5  # moving forward at a plausible pace
+    answer_tokens = len(output.decode.candidates[0].token_ids)
+    assert output.decode.forwards < answer_tokens / 2  # block diffusion: several tokens per forward
