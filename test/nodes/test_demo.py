@@ -1,4 +1,5 @@
-"""The README's first command end to end (short): drive bag -> planner and scorer processes -> pictures."""
+"""The README's first command end to end (short): drive bag -> planner and scorer processes running the
+bundled default model -> pictures."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from wamdiff2_ros.nodes.demo import run_demo
 @pytest.mark.ros
 @pytest.mark.slow
 def test_demo_plans_a_replayed_drive_and_draws_it(tmp_path: Path) -> None:
-    outputs = run_demo(tmp_path / "demo", seconds=3.0, seed=1, model="", preset="tiny", rate=0.5)
+    outputs = run_demo(tmp_path / "demo", seconds=3.0, seed=1, model="", preset="", rate=0.5)
     summary = json.loads(outputs.metrics.read_text())
-    assert summary["frames_planned"] >= 2
+    assert summary["model"] == "default model" and summary["frames_planned"] >= 2
     assert "constant_velocity" in summary and "selected_plan" in summary
     assert len(summary["selected_plan"]["l2_per_waypoint_m"]) == 8
     sheet = Image.open(outputs.contact_sheet)
