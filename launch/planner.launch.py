@@ -51,7 +51,7 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 "model",
                 default_value="",
-                description="Checkpoint folder (empty: the preset, or with no preset the bundled default model).",
+                description="Checkpoint folder (empty: the preset, else the bundled default model).",
             ),
             DeclareLaunchArgument(
                 "preset", default_value="", description="Random-weight preset: tiny, 2b or 8b."
