@@ -22,7 +22,8 @@ def test_default_model_is_the_repository_folder_and_fits_the_budget() -> None:
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert 0 < weights <= MAX_WEIGHT_BYTES
     assert read_pixel_budget(folder) == (3136, 12544)
-    assert (folder / "MODEL_CARD.md").is_file()
+    for name in ("MODEL_CARD.md", "tokenizer.json", "tokenizer_config.json", "config.json"):
+        assert (folder / name).is_file(), name
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,7 @@ def default_planner() -> Planner:
 
 def test_no_checkpoint_and_no_preset_loads_the_default_model(default_planner: Planner) -> None:
     assert Path(default_planner.loaded.source) == default_model_dir()
+    assert Path(default_planner.loaded.tokenizer.name_or_path) == default_model_dir()  # its own tokenizer
     assert default_planner.max_pixels == 12544  # its own budget, not the reference's 1920x1080
 
 

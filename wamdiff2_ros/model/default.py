@@ -1,7 +1,8 @@
 """The bundled default model (models/default, docs: its MODEL_CARD.md): where it lives and how to load it.
 
-It is found in the install prefix (``share/wamdiff2_ros/models/default``, where pip and colcon put it) or,
-when running from a source checkout, in the repository's ``models/default``.
+It is found in the source checkout the package runs from (``models/default``: an editable install sees
+the repository's current files, not a copy staged at install time), else in the install prefix
+(``share/wamdiff2_ros/models/default``, where a wheel and colcon put it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ def default_model_dir() -> Path:
         CheckpointError: neither the install nor the source tree has it.
     """
     candidates = (
-        Path(sys.prefix) / "share" / PACKAGE / DEFAULT_MODEL,
         Path(__file__).resolve().parents[2] / DEFAULT_MODEL,
+        Path(sys.prefix) / "share" / PACKAGE / DEFAULT_MODEL,
     )
     for folder in candidates:
         if (folder / "config.json").is_file():
