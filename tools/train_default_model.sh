@@ -21,6 +21,13 @@ BATCH=${BATCH:-64}
 WORKERS=${WORKERS:-12}
 # seconds per phase: sft, each of adapt B4/B8/B16, adapt B32, distill
 T_SFT=${T_SFT:-280} T_SMALL=${T_SMALL:-12} T_B32=${T_B32:-95} T_DISTILL=${T_DISTILL:-40}
+# Stage II teacher: b16 (the paper's smaller-block teacher, mask B/2) or sft (the AR teacher, mask B = 1)
+DISTILL_TEACHER=${DISTILL_TEACHER:-b16}
+case "$DISTILL_TEACHER" in
+  b16) TEACHER_ARGS=(teacher="$RUN/adapt/B16/final" teacher_block_size=0) ;;
+  sft) TEACHER_ARGS=(teacher="$RUN/sft/B1/final" teacher_block_size=1) ;;
+  *) echo "DISTILL_TEACHER must be b16 or sft"; exit 1 ;;
+esac
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -44,8 +51,9 @@ PY
   tar -C /tmp/pack -cf - "$1" | split -b 15M - "$OUT/$1.tar.part-"
   echo "packed $1 from $2 at ${SECONDS}s"
 }
-logs() { # STAGE: its metrics now, so that a call cut short still returns them
-  cp "$RUN/$1/metrics.jsonl" "$OUT/metrics_$1.jsonl" 2>/dev/null
+logs() { # STAGE: its metrics now, so that a call cut short still returns them (one file: the device tool
+  # returns at most 8, and the three models take 6)
+  cat "$RUN/$1/metrics.jsonl" >> "$OUT/metrics.jsonl" 2>/dev/null
 }
 
 echo "== generate ${SECONDS}s"
@@ -77,7 +85,7 @@ pack adapt32 "$RUN/adapt/B32/final" &
 P2=$!
 echo "== distill ${SECONDS}s"
 $CLI train distill --config config/train_distill_tiny.yaml model="$RUN/adapt/B32/final" \
-  teacher="$RUN/adapt/B16/final" out_dir="$RUN/distill" "${COMMON[@]}" max_phase_s="$T_DISTILL" lr=3.0e-4 \
+  "${TEACHER_ARGS[@]}" out_dir="$RUN/distill" "${COMMON[@]}" max_phase_s="$T_DISTILL" lr=3.0e-4 \
   merger_lr=3.0e-4 visual_lr=3.0e-4 warmup_steps_max=10 | tail -2
 logs distill
 pack distill32 "$RUN/distill/B32/final"
