@@ -77,6 +77,11 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         choices=("eager", "sdpa", "flashinfer"),
     ),
     Param("decoder.cuda_graphs", False, "Replay CUDA graphs (fast backends on a CUDA device only)."),
+    Param(
+        "decoder.compile",
+        False,
+        "torch.compile the fast backends' lean forward (the first plan of each shape waits for the compile).",
+    ),
     Param("decoder.threshold", 0.9, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0),
     Param("decoder.max_new_tokens", 128, "Answer tokens at most.", 8, 1024),
     Param(

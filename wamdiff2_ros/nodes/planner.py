@@ -142,6 +142,7 @@ class PlannerNode(Node):
             seed=p["candidates.seed"],
             backend=p["decoder.backend"],
             cuda_graphs=p["decoder.cuda_graphs"],
+            compile=p["decoder.compile"],
         )
 
     def _load_model(self) -> None:
