@@ -120,7 +120,10 @@ class StaticBlockCache:
             model.dtype,
             model.device,
         )
-        self.attention = make_attention(backend, self.cache, block_size, cuda_graphs, self.decoder.heads)
+        # Answer forwards always plan as captured ones do (fixed buffers, a wrapper per query count), with or
+        # without graphs: FlashInfer's split of the keys then cannot differ between a graphed decode and its
+        # ungraphed twin, so the two give the same bits.
+        self.attention = make_attention(backend, self.cache, block_size, True, self.decoder.heads)
         # The prompt goes through row 0 once, never in a graph (its length follows the image).
         self.prompt_attention = make_attention(
             backend, self.cache.first_row(), block_size, False, self.decoder.heads

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
+# FlashInfer's "auto" picks its FA3 kernels on Hopper, which do not split the keys: a block's 32 queries x 8
+# KV heads then occupy a handful of the H200's 132 SMs (37.8 us per layer over 2,138 keys). FA2 splits the
+# keys across SMs, also inside CUDA graphs (re-planned graphs replay correctly): 15.5 us (docs/BENCHMARKS.md).
+KERNELS = "fa2"
 
 
 def page_table(
@@ -106,7 +110,7 @@ class FlashInferAttention:
                 }
             workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
             self.wrappers[key] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, **buffers
+                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, backend=KERNELS, **buffers
             )
         return self.wrappers[key]
 
