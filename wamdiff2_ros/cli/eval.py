@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from wamdiff2_ros.decoding.config import PLAN_STEPS
+
 OPEN_LOOP_COLUMNS = (
     "ade_m",
     "fde_m",
@@ -86,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     closed_loop.add_argument("--model", default="", help="checkpoint folder of the model policy")
     closed_loop.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
-    closed_loop.add_argument("--steps", type=int, default=32, help="model policy's steps per block")
+    closed_loop.add_argument("--steps", type=int, default=PLAN_STEPS, help="model policy's steps per block")
     closed_loop.add_argument(
         "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
     )

@@ -10,8 +10,9 @@ import json
 import sys
 import time
 
+from wamdiff2_ros.decoding.config import COMMIT_RULES, PLAN_STEPS
+
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
-RULE_CHOICES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,8 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
     source.add_argument("--preset", default="", help="random-weight preset: tiny, 2b or 8b")
     parser.add_argument("--block-size", type=int, default=32, help="tokens per block B; 1 = AR (default 32)")
-    parser.add_argument("--steps", type=int, default=32, help="denoising steps per block (default 32)")
-    parser.add_argument("--remasking", choices=RULE_CHOICES, default=RULE_CHOICES[0], help="commit rule")
+    parser.add_argument(
+        "--steps", type=int, default=PLAN_STEPS, help=f"denoising steps per block (default {PLAN_STEPS})"
+    )
+    parser.add_argument("--remasking", choices=COMMIT_RULES, default=COMMIT_RULES[0], help="commit rule")
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic rule threshold (default 0.9)")
     parser.add_argument("--candidates", type=int, default=1, help="trajectories decoded in one batch (K)")
     parser.add_argument(

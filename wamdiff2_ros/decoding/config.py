@@ -11,6 +11,10 @@ COMMIT_RULES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
 BACKENDS = ("eager", "sdpa", "flashinfer")
+# Steps per block the planner uses unless told otherwise (node, `wamdiff2 plan`, closed loop). DecodeConfig
+# keeps the reference's 32; with the dynamic rule 8 caps a block at 8 forwards, and on the default model it
+# plans as well as 32 in a third fewer forwards (models/default/MODEL_CARD.md).
+PLAN_STEPS = 8
 
 
 @dataclass(frozen=True)

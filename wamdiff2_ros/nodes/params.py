@@ -13,6 +13,8 @@ from typing import Any
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.node import Node
 
+from wamdiff2_ros.decoding.config import PLAN_STEPS
+
 
 @dataclass(frozen=True)
 class Param:
@@ -63,7 +65,7 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("model.device", "cpu", "Torch device of the model, e.g. cpu or cuda:0."),
     Param("model.dtype", "fp32", "Weights and activations dtype.", choices=("fp32", "bf16", "fp16")),
     Param("decoder.block_size", 32, "Tokens denoised together (1 = autoregressive).", 1, 64),
-    Param("decoder.steps", 32, "Denoising forwards allowed per block.", 1, 64),
+    Param("decoder.steps", PLAN_STEPS, "Denoising forwards allowed per block.", 1, 64),
     Param(
         "decoder.commit_rule",
         "low_confidence_dynamic",
