@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from wamdiff2_ros.decoding.attention.flashinfer import page_table
+from wamdiff2_ros.decoding.attention.flashinfer import kernels, page_table
 
 
 def _requests(
@@ -31,3 +31,9 @@ def test_fused_forward_rows_read_the_prompt_from_row_0_and_their_answer_from_the
 def test_prompt_prefill_has_a_short_last_group_and_no_sharing():
     requests = _requests(*page_table(rows=1, max_len=40, block_size=4, start=0, length=10, shared=0))
     assert requests == [(4, list(range(4))), (4, list(range(8))), (2, list(range(10)))]
+
+
+def test_one_row_splits_the_keys_and_several_rows_leave_the_choice_to_flashinfer():
+    # One row's block is too little work for FA3's unsplit kernels on Hopper; K rows give it enough.
+    assert kernels(1) == "fa2"
+    assert kernels(8) == "auto"

@@ -23,10 +23,17 @@ if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
-# FlashInfer's "auto" picks its FA3 kernels on Hopper, which do not split the keys: a block's 32 queries x 8
-# KV heads then occupy a handful of the H200's 132 SMs (37.8 us per layer over 2,138 keys). FA2 splits the
-# keys across SMs, also inside CUDA graphs (re-planned graphs replay correctly): 15.5 us (docs/BENCHMARKS.md).
-KERNELS = "fa2"
+
+
+def kernels(rows: int) -> str:
+    """FlashInfer kernel family for a cache of ``rows`` candidates (H200 measurements, docs/BENCHMARKS.md).
+
+    "auto" picks FA3 on Hopper, which does not split the keys: one row's 32 block queries x 8 KV heads then
+    occupy a handful of the 132 SMs (37.8 us per layer over 2,138 keys). FA2 splits the keys across SMs, also
+    inside CUDA graphs: 15.5 us, a 2.08 instead of 2.74 ms forward. With K = 8 rows FA3 has work enough and
+    was the faster (3.11 vs 3.49 ms per forward).
+    """
+    return "fa2" if rows == 1 else "auto"
 
 
 def page_table(
@@ -109,8 +116,9 @@ class FlashInferAttention:
                     "paged_kv_last_page_len_buf": torch.empty(requests, dtype=torch.int32, device=device),
                 }
             workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            family = kernels(self.cache.rows)
             self.wrappers[key] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, backend=KERNELS, **buffers
+                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, backend=family, **buffers
             )
         return self.wrappers[key]
 

@@ -1,0 +1,190 @@
+"""Kernel probes behind the fast path's choices (docs/BENCHMARKS.md, GPU decoding, third pass). GPU only.
+
+gemm: the 2b text decoder's matrix products at M = 32..256 rows (cuBLAS via F.linear, FP8 via _scaled_mm,
+Inductor max-autotune at M = 32). attention: one block's 32 queries (16 query / 8 KV heads of 128) over
+~2.1k cached keys, 28 layers in one CUDA graph, through FlashInfer's kernel families (fa2, fa3, auto) and
+page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; and through plain torch ops.
+Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
+
+Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
+The numbers in BENCHMARKS.md came from the two scripts this file merges (same shapes and timing); the merged
+file itself has not run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+DEVICE = torch.device("cuda")
+# (out features, in features) of one layer's products, and the LM head
+SHAPES = {
+    "qkv": (4096, 2048),
+    "out": (2048, 2048),
+    "gate_up": (12288, 2048),
+    "down": (2048, 6144),
+    "head": (151936, 2048),
+}
+LAYERS, QUERY_HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, QUERIES = 28, 16, 8, 128, 2304, 32
+
+
+def graph_ms(calls: Callable[[], None]) -> float:
+    """Median ms of one replay of a CUDA graph of ``calls`` (15 replays after a warm-up)."""
+    calls()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(15):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def repeated(function: Callable[[], object], times: int) -> Callable[[], None]:
+    def calls() -> None:
+        for _ in range(times):
+            function()
+
+    return calls
+
+
+def gemm() -> dict[str, dict[str, float]]:
+    results = {}
+    scale = torch.ones((), device=DEVICE)
+    for rows in (32, 64, 128, 256):
+        for name, (n, k) in SHAPES.items():
+            weight = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16) * 0.02
+            x = torch.randn(rows, k, device=DEVICE, dtype=torch.bfloat16)
+            ms = graph_ms(repeated(lambda x=x, w=weight: F.linear(x, w), 20)) / 20
+            row = {"cublas_ms": ms, "cublas_TBps": n * k * 2 / ms / 1e9}
+            weight8, x8 = weight.to(torch.float8_e4m3fn), x.to(torch.float8_e4m3fn)
+
+            def fp8(x8: torch.Tensor = x8, w8: torch.Tensor = weight8) -> torch.Tensor:
+                return torch._scaled_mm(x8, w8.t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+            row["fp8_ms"] = graph_ms(repeated(fp8, 20)) / 20
+            if rows == 32 and name != "head":
+                started = time.time()
+                tuned = torch.compile(F.linear, mode="max-autotune-no-cudagraphs", dynamic=False)
+                tuned(x, weight)
+                row["autotune_ms"] = graph_ms(repeated(lambda x=x, w=weight, f=tuned: f(x, w), 20)) / 20
+                row["autotune_compile_s"] = time.time() - started
+            results[f"M{rows} {name}"] = row
+            print(rows, name, json.dumps(row), flush=True)
+    return results
+
+
+def attention() -> dict[str, dict[str, object]]:
+    import flashinfer
+
+    keys = [
+        torch.randn(MAX_LEN, KV_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16) for _ in range(LAYERS)
+    ]
+    values = [torch.randn_like(k) for k in keys]
+    q = torch.randn(QUERIES, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+
+    def reference(length: int) -> torch.Tensor:  # the graph's last layer
+        k, v = keys[-1][:length].transpose(0, 1)[None], values[-1][:length].transpose(0, 1)[None]
+        return F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, enable_gqa=True)[0].transpose(
+            0, 1
+        )
+
+    results: dict[str, dict[str, object]] = {}
+    for backend in ("fa2", "fa3", "auto"):
+        for page in (1, 16):
+            pages = MAX_LEN // page
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                torch.empty(128 << 20, dtype=torch.uint8, device=DEVICE),
+                "NHD",
+                use_cuda_graph=True,
+                backend=backend,
+                qo_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE),
+                paged_kv_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE),
+                paged_kv_indices_buf=torch.empty(pages, dtype=torch.int32, device=DEVICE),
+                paged_kv_last_page_len_buf=torch.empty(1, dtype=torch.int32, device=DEVICE),
+            )
+
+            def plan(length: int, wrapper: object = wrapper, page: int = page) -> None:
+                used = -(-length // page)
+                wrapper.plan(
+                    torch.tensor([0, QUERIES], dtype=torch.int32),
+                    torch.tensor([0, used], dtype=torch.int32),
+                    torch.arange(used, dtype=torch.int32),
+                    torch.tensor([length - page * (used - 1)], dtype=torch.int32),
+                    QUERY_HEADS,
+                    KV_HEADS,
+                    HEAD_DIM,
+                    page,
+                    causal=False,
+                    q_data_type=torch.bfloat16,
+                    kv_data_type=torch.bfloat16,
+                )
+
+            caches = [
+                (k.view(-1, page, KV_HEADS, HEAD_DIM), v.view(-1, page, KV_HEADS, HEAD_DIM))
+                for k, v in zip(keys, values, strict=True)
+            ]
+
+            def layers(wrapper: object = wrapper, caches: list = caches) -> None:
+                for cache in caches:
+                    out.copy_(wrapper.run(q, cache))
+
+            plan(2138)
+            row: dict[str, object] = {"us_per_layer": graph_ms(layers) * 1000 / LAYERS}
+            errors = {}
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                layers()
+            for length in (2138, 2170, 2202, 2110):  # re-plan, replay the same graph
+                plan(length)
+                graph.replay()
+                torch.cuda.synchronize()
+                errors[length] = (out.float() - reference(length).float()).abs().max().item()
+            row["max_error_after_replan"] = errors
+            results[f"{backend} page {page}"] = row
+            print(backend, page, json.dumps(row), flush=True)
+    limit, slots = torch.tensor(2138, device=DEVICE), torch.arange(MAX_LEN, device=DEVICE)
+    group = QUERY_HEADS // KV_HEADS
+
+    def plain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        grouped = (
+            q.view(QUERIES, KV_HEADS, group, HEAD_DIM).permute(1, 2, 0, 3).reshape(KV_HEADS, -1, HEAD_DIM)
+        )
+        scores = torch.matmul(grouped, k.permute(1, 2, 0)).float() * HEAD_DIM**-0.5
+        weights = torch.softmax(scores.masked_fill(slots >= limit, float("-inf")), -1).to(v.dtype)
+        attended = torch.matmul(weights, v.transpose(0, 1))
+        return attended.view(KV_HEADS, group, QUERIES, HEAD_DIM).permute(2, 0, 1, 3).reshape_as(q)
+
+    for label, function in (("torch eager", plain), ("torch compiled", torch.compile(plain, dynamic=False))):
+        function(q, keys[0], values[0])
+
+        def layers(function: Callable = function) -> None:
+            for k, v in zip(keys, values, strict=True):
+                out.copy_(function(q, k, v))
+
+        ms = graph_ms(layers)
+        error = (out.float() - reference(2138).float()).abs().max().item()
+        results[label] = {"us_per_layer": ms * 1000 / LAYERS, "max_error": error}
+        print(label, json.dumps(results[label]), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    report = {"gemm": gemm(), "attention": attention()}
+    with open(sys.argv[1], "w") as file:
+        json.dump(report, file, indent=1)
