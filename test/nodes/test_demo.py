@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from wamdiff2_ros.nodes.demo import run_demo
+from wamdiff2_ros.nodes.demo import generate_drive, run_demo
 
 
 @pytest.mark.ros
@@ -24,3 +24,9 @@ def test_demo_plans_a_replayed_drive_and_draws_it(tmp_path: Path) -> None:
     assert sheet.size[0] > 600
     gif = Image.open(outputs.animation)
     assert gif.n_frames == summary["frames_planned"]
+
+
+def test_a_second_demo_replaces_the_first_drive(tmp_path: Path) -> None:
+    first, _ = generate_drive(tmp_path, 1.0, seed=1)
+    second, scenes = generate_drive(tmp_path, 1.0, seed=2)
+    assert second == first and second.is_dir() and (scenes / "camera.json").is_file()

@@ -57,6 +57,8 @@ def generate_drive(out: Path, seconds: float, seed: int) -> tuple[Path, Path]:
     from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
     scenes = out / "scenes"
+    if scenes.exists():  # a previous demo's drive: the bag writer refuses to overwrite it
+        shutil.rmtree(scenes)
     # The expert's 4 s horizon is part of an episode; one sample keeps it to one episode.
     generate(
         GenerateConfig(out_dir=scenes, samples=1, seed=seed, episode_s=seconds + 4.0, bags=True, workers=1)
