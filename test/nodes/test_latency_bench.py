@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
 from wamdiff2_ros.nodes.latency_bench import measure
@@ -12,6 +14,8 @@ from wamdiff2_ros.nodes.latency_bench import measure
 @pytest.mark.ros
 @pytest.mark.slow
 def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) -> None:
+    frame = tmp_path / "frame.png"  # another size than the published one: resized
+    cv2.imwrite(str(frame), np.random.default_rng(1).integers(0, 256, (90, 160, 3), dtype=np.uint8))
     result = measure(
         preset="tiny",
         device="cpu",
@@ -21,6 +25,7 @@ def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) 
         frames=4,
         overrides={"decoder.steps": 4, "candidates.count": 1, "input.max_age_s": 5.0},
         log=tmp_path / "planner.log",
+        frame=frame,
     )
     assert result["frames_sent"] == 4 and result["frames_planned"] + result["frames_dropped"] == 4
     assert result["frames_planned"] >= 3

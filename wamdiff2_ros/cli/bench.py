@@ -54,6 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="docs/decode_latency_chain.png", help="plot: PNG to write")
     parser.add_argument("--rate-hz", type=float, default=2.0, help="node: camera frame rate (default 2)")
     parser.add_argument("--frames", type=int, default=30, help="node: frames to publish (default 30)")
+    parser.add_argument(
+        "--frame", type=Path, help="node: publish this image file (resized to --image), not seeded noise"
+    )
     parser.set_defaults(func=run)
 
 
@@ -186,6 +189,7 @@ def _node(args: argparse.Namespace) -> int:
             height=height,
             rate_hz=args.rate_hz,
             frames=args.frames,
+            frame=args.frame,
             overrides=overrides,
             log=Path(folder) / "planner.log",
         )
@@ -194,6 +198,7 @@ def _node(args: argparse.Namespace) -> int:
         "device": args.device,
         "image": f"{width}x{height}",
         "rate_hz": args.rate_hz,
+        "frame": str(args.frame) if args.frame else "seeded noise",
     }
     print(json.dumps(card | result))
     if args.json:

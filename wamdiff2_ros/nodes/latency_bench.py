@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 from nav_msgs.msg import Odometry
 from std_msgs.msg import Header
@@ -44,13 +45,25 @@ def measure(
     frames: int,
     overrides: dict,
     log: Path,
+    frame: Path | None = None,
 ) -> dict:
-    """Publish ``frames`` frames at ``rate_hz`` into a fresh planner process; latency statistics in ms."""
+    """Publish ``frames`` frames at ``rate_hz`` into a fresh planner process; latency statistics in ms.
+
+    The frame is the image file ``frame`` resized to ``width`` x ``height``, else seeded noise (out of any
+    trained model's distribution: the slowest case for a dynamic commit rule).
+    """
+    if frame is None:
+        pixels = np.random.default_rng(0).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    else:
+        image = cv2.imread(str(frame), cv2.IMREAD_COLOR)
+        if image is None:
+            raise FileNotFoundError(f"cannot read an image from {frame}")
+        pixels = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
     os.environ.update(transport_environment(share_dir()))  # the planner inherits it: one transport for both
     planner = start_planner(preset, device, overrides, log)
     try:
         return with_node(
-            "wamdiff2_latency_bench", lambda node: _drive(node, planner, log, width, height, rate_hz, frames)
+            "wamdiff2_latency_bench", lambda node: _drive(node, planner, log, pixels, rate_hz, frames)
         )
     finally:
         planner.terminate()
@@ -58,13 +71,13 @@ def measure(
 
 
 def _drive(
-    node, planner: subprocess.Popen, log: Path, width: int, height: int, rate_hz: float, frames: int
+    node, planner: subprocess.Popen, log: Path, pixels: np.ndarray, rate_hz: float, frames: int
 ) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
 
     received: dict[int, float] = {}
-    node.create_subscription(
+    trajectories = node.create_subscription(
         PlannedTrajectory,
         "/wamdiff2_planner/output/trajectory",
         lambda msg: received.setdefault(stamp_ns(msg.header), time.time_ns()),
@@ -79,10 +92,19 @@ def _drive(
         if planner.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"planner did not start:\n{log.read_text()[-2000:]}")
         executor.spin_once(timeout_sec=0.2)
-    pixels = np.random.default_rng(0).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    # Frames published before discovery matched both ends are lost, not dropped by the planner: wait for it.
+    endpoints = (
+        image_publisher.get_subscription_count,
+        odometry_publisher.get_subscription_count,
+        trajectories.get_publisher_count,
+    )
+    while not all(count() > 0 for count in endpoints):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the planner's topics were never matched (DDS discovery)")
+        executor.spin_once(timeout_sec=0.05)
     image = numpy_to_image(pixels, "bgr8")
     sent: list[int] = []
-    next_send = time.monotonic() + 1.0  # discovery
+    next_send = time.monotonic() + 0.5  # the planner's side of the match may lag ours
     while len(sent) < frames:
         executor.spin_once(timeout_sec=max(0.0, min(0.01, next_send - time.monotonic())))
         if time.monotonic() >= next_send:
