@@ -12,6 +12,7 @@ from wamdiff2_ros.model.parse import (
     parse_detections,
     parse_qa,
     parse_waypoints,
+    salvage_detections,
 )
 
 ANSWER = "2.26,-0.17,4.43,-0.55,6.45,-1.18,8.33,-2.06,10.04,-3.17,11.69,-4.50,13.24,-6.22,15.59,-8.59"
@@ -96,3 +97,31 @@ def test_qa_answer_is_cut_and_stripped():
 def test_empty_qa_answer_is_a_parse_error():
     with pytest.raises(ParseError, match="empty answer"):
         parse_qa(" <|im_end|>")
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "problem"),
+    [
+        pytest.param(
+            '[{"bbox_2d": [1, 2, 3, 4], "label": "car"}, {"bbox_2d": [5, 2, 3, 4], "label": "car"}]',
+            ["car"],
+            "detection 1: box [5, 2, 3, 4] has x1 > x2",
+            id="one-inverted-box",
+        ),
+        pytest.param(
+            '[{"bbox_2d": [1, 2, 3, 4], "label": "car"}, {"bbox_2d": [5, 6, 7',
+            ["car"],
+            "not valid JSON",
+            id="cut-off-by-the-budget",
+        ),
+        pytest.param("I see some cars", [], "not valid JSON", id="no-items"),
+        pytest.param('[{"bbox_2d": [1, 2, 3, 4], "label": "bus"}]<|im_end|>junk', ["bus"], None, id="whole"),
+    ],
+)
+def test_salvage_keeps_the_well_formed_items_and_names_the_rest(text, labels, problem):
+    detections, problems = salvage_detections(text)
+    assert [d.label for d in detections] == labels
+    if problem is None:
+        assert problems == [] and detections == parse_detections(text)
+    else:
+        assert len(problems) == 1 and problem in problems[0]

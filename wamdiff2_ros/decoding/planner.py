@@ -19,7 +19,7 @@ from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
+from wamdiff2_ros.model.parse import boxes_to_source_px, parse_waypoints, salvage_detections
 from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt, build_prompt
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 
@@ -55,7 +55,8 @@ class PlannedCandidate:
 class DetectionOutput:
     """Boxes in pixels of the source image (x1, y1, x2, y2), their labels, the raw answer and its cost.
 
-    ``parse_error`` is set (and the boxes empty) when the answer is not valid grounding JSON.
+    ``parse_error`` says which items of the answer were rejected (malformed, or cut off by the token budget);
+    the boxes are the items that were well formed.
     """
 
     boxes_px: np.ndarray  # (N, 4)
@@ -170,12 +171,10 @@ class Planner:
         )
         result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config)
         height, width = image_rgb.shape[:2]
-        try:
-            detections = parse_detections(result.text)
-        except ParseError as error:
-            return DetectionOutput(np.zeros((0, 4)), (), result.text, result, str(error))
+        detections, problems = salvage_detections(result.text)
         boxes = boxes_to_source_px(detections, (width, height))
-        return DetectionOutput(boxes, tuple(d.label for d in detections), result.text, result)
+        labels = tuple(d.label for d in detections)
+        return DetectionOutput(boxes, labels, result.text, result, "; ".join(problems))
 
     def _parse(self, text: str, seed: int) -> PlannedCandidate:
         try:

@@ -137,31 +137,32 @@ def _answers(path: Path) -> dict[str, str]:
 def score_detections(data_dir: Path, predictions_path: Path) -> dict:
     """Detection mAP of a model's answers (records like ``detection.json`` with the answers replaced).
 
-    Answers are Qwen3-VL grounding JSON on the 0..1000 scale; one that does not parse counts as no boxes.
+    Answers are Qwen3-VL grounding JSON on the 0..1000 scale; only their well-formed items count as boxes.
 
     Returns:
-        ``detection_map``'s report plus ``unparsed`` (answers that did not parse) and ``missing``.
+        ``detection_map``'s report over the well-formed items of each answer (``salvage_detections``: what
+        the planner node publishes), plus ``unparsed`` (answers that do not parse whole),
+        ``rejected_items`` (items or remainders dropped) and ``missing``.
     """
-    from wamdiff2_ros.errors import ParseError
     from wamdiff2_ros.eval.detection import ImageDetections, detection_map
-    from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections
+    from wamdiff2_ros.model.parse import boxes_to_source_px, salvage_detections
     from wamdiff2_ros.sim.dataset import load_camera
 
     truth = load_truth(data_dir)
     k = load_camera(data_dir).intrinsics
     answers = _answers(predictions_path)
-    predicted, unparsed = {}, 0
+    predicted, unparsed, rejected = {}, 0, 0
     for key, text in answers.items():
         if key not in truth:
             continue
-        try:
-            detections = parse_detections(text)
-        except ParseError:
-            unparsed, detections = unparsed + 1, []
+        detections, problems = salvage_detections(text)  # the boxes the planner node would publish
+        unparsed += bool(problems)
+        rejected += len(problems)
         boxes = boxes_to_source_px(detections, (k.width_px, k.height_px))
         predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections))
     expected = {key: ImageDetections(t.boxes_px, t.labels) for key, t in truth.items()}
-    return detection_map(expected, predicted) | {"unparsed": unparsed, "missing": len(truth) - len(predicted)}
+    counts = {"unparsed": unparsed, "rejected_items": rejected, "missing": len(truth) - len(predicted)}
+    return detection_map(expected, predicted) | counts
 
 
 def score_qa(data_dir: Path, predictions_path: Path) -> dict:

@@ -20,6 +20,7 @@ from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 EOS_TEXT = "<|im_end|>"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_OBJECT = re.compile(r"\{[^{}]*\}")  # one grounding item (they hold lists, never objects)
 BOX_FRAMES = ("norm1000", "resized_px")
 
 
@@ -71,6 +72,32 @@ def parse_waypoints(text: str, *, max_abs_m: float | None = None) -> np.ndarray:
     return values.reshape(NUM_WAYPOINTS, 2)
 
 
+def _json_answer(text: str) -> str:
+    answer = answer_text(text)
+    fenced = _FENCE.match(answer)
+    return fenced.group(1) if fenced else answer
+
+
+def _detection(item: object, index: int) -> Detection:
+    """One grounding item; ParseError when it is not an object with a label and an ordered 4-number box."""
+    if not isinstance(item, dict) or "bbox_2d" not in item:
+        raise ParseError(f"detection {index} has no 'bbox_2d': {str(item)[:80]}")
+    box = item["bbox_2d"]
+    if not (
+        isinstance(box, list)
+        and len(box) == 4
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)
+        and all(np.isfinite(box))
+    ):
+        raise ParseError(f"detection {index}: 'bbox_2d' must be 4 finite numbers, got {box!r}")
+    if box[0] > box[2] or box[1] > box[3]:
+        raise ParseError(f"detection {index}: box {box} has x1 > x2 or y1 > y2")
+    label = item.get("label")
+    if not isinstance(label, str) or not label.strip():
+        raise ParseError(f"detection {index} has no label")
+    return Detection(label=label.strip(), box=tuple(float(v) for v in box))
+
+
 def parse_detections(text: str) -> list[Detection]:
     """Qwen-style grounding JSON to detections (an empty list is a valid answer).
 
@@ -84,10 +111,7 @@ def parse_detections(text: str) -> list[Detection]:
         ParseError: not JSON, not a list of objects, or an item without a label or four finite, ordered
             coordinates.
     """
-    answer = answer_text(text)
-    fenced = _FENCE.match(answer)
-    if fenced:
-        answer = fenced.group(1)
+    answer = _json_answer(text)
     try:
         items = json.loads(answer)
     except json.JSONDecodeError as error:
@@ -98,25 +122,34 @@ def parse_detections(text: str) -> list[Detection]:
         items = [items]
     if not isinstance(items, list):
         raise ParseError(f"detections must be a JSON list of objects, got {type(items).__name__}")
-    detections = []
-    for index, item in enumerate(items):
-        if not isinstance(item, dict) or "bbox_2d" not in item:
-            raise ParseError(f"detection {index} has no 'bbox_2d': {str(item)[:80]}")
-        box = item["bbox_2d"]
-        if not (
-            isinstance(box, list)
-            and len(box) == 4
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)
-            and all(np.isfinite(box))
-        ):
-            raise ParseError(f"detection {index}: 'bbox_2d' must be 4 finite numbers, got {box!r}")
-        if box[0] > box[2] or box[1] > box[3]:
-            raise ParseError(f"detection {index}: box {box} has x1 > x2 or y1 > y2")
-        label = item.get("label")
-        if not isinstance(label, str) or not label.strip():
-            raise ParseError(f"detection {index} has no label")
-        detections.append(Detection(label=label.strip(), box=tuple(float(v) for v in box)))
-    return detections
+    return [_detection(item, index) for index, item in enumerate(items)]
+
+
+def salvage_detections(text: str) -> tuple[list[Detection], list[str]]:
+    """The well-formed items of a grounding answer, and what was wrong with the rest; never raises.
+
+    A model answer is often right but for one box (corners swapped) or cut off by the token budget after
+    some complete items; ``parse_detections`` rejects all of it. Here each ``{...}`` object of the answer
+    (the format has no nested objects) is parsed and checked on its own.
+
+    Returns:
+        (detections, problems): the valid items in answer order, and one message per rejected item or
+        unreadable remainder (empty when the answer parses as a whole).
+    """
+    try:
+        return parse_detections(text), []
+    except ParseError as error:
+        whole = str(error)
+    detections, problems = [], []
+    objects = list(_OBJECT.finditer(_json_answer(text)))
+    for index, match in enumerate(objects):
+        try:
+            detections.append(_detection(json.loads(match.group(0)), index))
+        except json.JSONDecodeError as error:
+            problems.append(f"detection {index} is not valid JSON ({error.msg})")
+        except ParseError as error:
+            problems.append(str(error))
+    return detections, problems or [whole]
 
 
 def boxes_to_source_px(
