@@ -42,7 +42,7 @@ def launched(ros_context, request):
     specs = node_specs(REPO, preset=preset, model_preset="tiny")
     fast = {"decoder.steps": 4, "candidates.count": 2, "input.max_age_s": 30.0, "diagnostics.period_s": 0.5}
     if preset == "carla":
-        fast["decoder.backend"] = "sdpa"  # the fast path (static cache, lean forward) serves the node too
+        fast["decoder.backend"] = "eager"  # the reference forward (transformers) serves the node too
     processes = [start(specs[0], fast), start(specs[1])]
     probe = Probe(
         ros_context,

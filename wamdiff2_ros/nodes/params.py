@@ -74,8 +74,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param(
         "decoder.backend",
-        "eager",
-        "Decoder forward: eager (transformers, the reference) or the fast path (static cache, lean forward).",
+        "sdpa",
+        "Decoder forward: the fast path (static cache, lean forward; sdpa or flashinfer attention) or eager "
+        "(transformers, the reference it is tested against).",
         choices=("eager", "sdpa", "flashinfer"),
     ),
     Param("decoder.cuda_graphs", False, "Replay CUDA graphs (fast backends on a CUDA device only)."),
