@@ -141,8 +141,7 @@ def salvage_detections(text: str) -> tuple[list[Detection], list[str]]:
     except ParseError as error:
         whole = str(error)
     detections, problems = [], []
-    objects = list(_OBJECT.finditer(_json_answer(text)))
-    for index, match in enumerate(objects):
+    for index, match in enumerate(_OBJECT.finditer(_json_answer(text))):
         try:
             detections.append(_detection(json.loads(match.group(0)), index))
         except json.JSONDecodeError as error:
