@@ -14,7 +14,6 @@
 # (cat NAME.tar.part-* | tar -x).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/pack
 DATA=${DATA:-/tmp/data/train}
 SAMPLES=${SAMPLES:-20000}
 DATA_SEED=${DATA_SEED:-11}
@@ -31,29 +30,7 @@ case "$DISTILL_TEACHER" in
   sft) TEACHER_ARGS=(teacher="$RUN/sft/B1/final" teacher_block_size=1) ;;
   *) echo "DISTILL_TEACHER must be b16 or sft"; exit 1 ;;
 esac
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    .whl/*.whl $(ls .whl/sim/*.whl 2>/dev/null) || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-CLI="python3 -m wamdiff2_ros.cli.main"
-pack() { # NAME FOLDER: bf16 copy -> $OUT/NAME.tar.part-aa, -ab
-  [ -d "$2" ] || { echo "pack $1: nothing at '$2'"; return; }
-  python3 - "$2" "/tmp/pack/$1" <<'PY'
-import sys
-from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
-loaded = load_checkpoint(sys.argv[1], dtype="bf16")
-save_checkpoint(loaded.model, sys.argv[2], pixels=read_pixel_budget(sys.argv[1]))
-PY
-  cp "$2/trainer_state.json" "$2/train_config.yaml" "/tmp/pack/$1/" 2>/dev/null
-  echo "$2" > "/tmp/pack/$1/SOURCE"
-  tar -C /tmp/pack -cf - "$1" | split -b 15M - "$OUT/$1.tar.part-"
-  echo "packed $1 from $2 at ${SECONDS}s"
-}
+source tools/device_train_lib.sh
 logs() { # STAGE: its metrics now, so that a call cut short still returns them (one file: the device tool
   # returns at most 8, and the three models take 6)
   cat "$RUN/$1/metrics.jsonl" >> "$OUT/metrics.jsonl" 2>/dev/null
