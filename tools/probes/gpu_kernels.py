@@ -7,8 +7,8 @@ page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; a
 Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-The numbers in BENCHMARKS.md came from the two scripts this file merges (same shapes and timing); the merged
-file itself has not run on a GPU yet.
+Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
+fourth-session run is docs/probes_h200_2026-11-30.json.
 """
 
 from __future__ import annotations
