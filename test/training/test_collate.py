@@ -102,3 +102,45 @@ def test_mask_rate_follows_the_drawn_ratios(examples, rope_index):
 def test_collator_rejects_samples_longer_than_max_len(examples, rope_index):
     with pytest.raises(InputError, match="more than max_len 64"):
         DiffusionCollator(rope_index, 8, max_len=64)(examples, torch.Generator())
+
+
+@pytest.mark.parametrize("teacher_block_size", [1, 4])
+def test_teacher_targets_stop_at_the_answer_padded_to_the_teachers_block(
+    examples, rope_index, teacher_block_size
+):
+    batch = DiffusionCollator(rope_index, 16, teacher_block_size=teacher_block_size, schedule="full")(
+        examples, torch.Generator().manual_seed(0)
+    )
+    for row, example in enumerate(examples):
+        prefix_len, response_len = int(batch.prefix_lens[row]), int(batch.response_lens[row])
+        taught = math.ceil(len(example.response_ids) / teacher_block_size) * teacher_block_size
+        assert taught < response_len  # the fixture's answers leave padding past the teacher's multiple
+        noisy = prefix_len + response_len
+        want = torch.zeros(batch.input_ids.shape[1], dtype=torch.bool)
+        want[noisy : noisy + taught] = True  # every answer token is masked on the full schedule
+        assert torch.equal(batch.teacher_targets[row], want)
+    assert not batch.teacher_targets[~batch.loss_mask].any()
+
+
+def test_stage_two_ignores_the_teacher_where_it_was_never_taught(examples, rope_index, tiny_model):
+    from wamdiff2_ros.training.config import TrainConfig
+    from wamdiff2_ros.training.forward import MaskedLogits
+    from wamdiff2_ros.training.stages import distill_loss
+
+    batch = DiffusionCollator(rope_index, 16, teacher_block_size=1, schedule="full")(
+        examples, torch.Generator().manual_seed(0)
+    )
+    taught = batch.teacher_targets[batch.loss_mask]
+    assert taught.any() and not taught.all()
+    logits = torch.randn(
+        len(taught), tiny_model.config.text_config.vocab_size, generator=torch.Generator().manual_seed(1)
+    )
+    scrambled = torch.where(taught[:, None], logits, logits.flip(-1) * 50)  # nonsense where never taught
+    config = TrainConfig(stage="distill", model="tiny", teacher="tiny", out_dir="x", data={"qa": "q.json"})
+    student = MaskedLogits(tiny_model)
+    with torch.no_grad():
+        clean, noisy = (
+            distill_loss(student, lambda b, teacher_mask, t=t: t, batch, 3, config)
+            for t in (logits, scrambled)
+        )
+    assert clean["jsd"] == noisy["jsd"] and clean["top_k_overlap"] == noisy["top_k_overlap"]

@@ -60,6 +60,9 @@ class DiffusionBatch:
     response_lens: torch.Tensor  # (b,) int64 padded R (the loss normaliser)
     block_size: int
     teacher_attention_mask: torch.Tensor | None = None  # (b, 1, L, L) bool at the teacher's block size
+    # (b, L) bool: masked positions inside the answer padded to the teacher's block size, the ones the teacher
+    # was trained to predict (past them it only ever saw padding it was never asked for)
+    teacher_targets: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -181,7 +184,7 @@ class DiffusionCollator:
         prefix_lens = [r["prefix_len"] for r in rows]
         response_lens = [r["response_len"] for r in rows]
         images = [e.prompt for e in examples if e.prompt.pixel_values is not None]
-        teacher_mask = None
+        teacher_mask = teacher_targets = None
         if self.teacher_block_size is not None:
             teacher_mask = training_mask_batch(
                 prefix_lens,
@@ -190,6 +193,12 @@ class DiffusionCollator:
                 total,
                 clean_sees_noisy=self.clean_sees_noisy,
             )
+            teacher_targets = torch.zeros((batch, total), dtype=torch.bool)
+            for i, row in enumerate(rows):
+                start = row["prefix_len"] + row["response_len"]  # the noisy copy
+                taught = math.ceil(row["answer_len"] / self.teacher_block_size) * self.teacher_block_size
+                teacher_targets[i, start : start + min(taught, row["response_len"])] = True
+            teacher_targets &= input_ids == MASK_ID
         return DiffusionBatch(
             input_ids=input_ids,
             labels=labels,
@@ -206,6 +215,7 @@ class DiffusionCollator:
             response_lens=torch.tensor(response_lens),
             block_size=self.block_size,
             teacher_attention_mask=teacher_mask,
+            teacher_targets=teacher_targets,
         )
 
     def _row(self, example: Example, generator: torch.Generator) -> dict:
@@ -230,4 +240,5 @@ class DiffusionCollator:
             "positions": training_positions(positions, response_len)[:, 0],
             "prefix_len": prefix_len,
             "response_len": response_len,
+            "answer_len": len(example.response_ids),
         }

@@ -113,7 +113,7 @@ def distill_loss(
     Args:
         student: ``MaskedLogits`` (possibly DDP-wrapped).
         teacher: the frozen teacher's ``MaskedLogits``.
-        batch: batch with ``teacher_attention_mask``, on the device.
+        batch: batch with ``teacher_attention_mask`` and ``teacher_targets``, on the device.
         num_samples: samples of the optimizer step on this rank.
         config: kd_ratio, jsd_beta, temperature, top_k_overlap.
 
@@ -124,10 +124,13 @@ def distill_loss(
     student_logits = student(batch)
     with torch.no_grad():
         teacher_logits = teacher(batch, teacher_mask=True)
+    # The JSD only where the teacher was taught: a smaller-block teacher never learnt the <|im_end|> padding
+    # past its own block multiple (an AR teacher none at all), and matching its guesses there trains garbage.
+    taught = batch.teacher_targets[batch.loss_mask]
     jsd = symmetric_jsd(
-        student_logits,
-        teacher_logits,
-        rows,
+        student_logits[taught],
+        teacher_logits[taught],
+        rows[taught],
         batch.response_lens,
         num_samples,
         beta=config.jsd_beta,
@@ -139,7 +142,7 @@ def distill_loss(
         "loss": loss,
         "ce": float(ce.detach()),
         "jsd": float(jsd.detach()),
-        "top_k_overlap": top_k_overlap(student_logits, teacher_logits, config.top_k_overlap),
+        "top_k_overlap": top_k_overlap(student_logits[taught], teacher_logits[taught], config.top_k_overlap),
     }
 
 
