@@ -57,6 +57,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--frame", type=Path, help="node: publish this image file (resized to --image), not seeded noise"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="node: a planner parameter over config/planner.yaml (repeatable), e.g. candidates.count=1",
+    )
     parser.set_defaults(func=run)
 
 
@@ -181,6 +188,7 @@ def _node(args: argparse.Namespace) -> int:
 
     width, height = (int(v) for v in args.image.split(",")[0].split("x"))
     overrides = {"decoder.max_new_tokens": args.max_new_tokens, "input.max_age_s": 5.0}
+    overrides |= dict(item.split("=", 1) for item in args.set)
     with tempfile.TemporaryDirectory() as folder:
         result = measure(
             preset=args.preset,
@@ -199,6 +207,7 @@ def _node(args: argparse.Namespace) -> int:
         "image": f"{width}x{height}",
         "rate_hz": args.rate_hz,
         "frame": str(args.frame) if args.frame else "seeded noise",
+        "set": args.set,
     }
     print(json.dumps(card | result))
     if args.json:
