@@ -3,17 +3,41 @@
 Same vocabulary (151,936, tied), hidden size 64, heads and vision tower as ``tiny``; 6 text layers
 instead of 2 and an MLP of 512 instead of 128 (about 0.5 M more parameters; the embedding, 9.7 M,
 dominates the size: a wider hidden size would not fit the 30 MB budget with the real vocabulary).
-Usage: ``python tools/init_default_model.py OUT_DIR [--seed N] [--layers L] [--intermediate I]``; the
-folder is a checkpoint that ``wamdiff2 train sft`` takes as ``model=OUT_DIR``.
+``--vocab-from DATA_DIR ...`` keeps only the ids the scenes' prompts and answers use (``model/vocab.py``:
+a few hundred rows instead of 151,936), which frees the bytes for ``--hidden`` (heads of 16, half as many
+key-value heads, the vision tower's output to match).
+Usage: ``python tools/init_default_model.py OUT_DIR [--seed N] [--layers L] [--intermediate I]
+[--hidden H --vocab-from DATA_DIR ...]``; the folder is a checkpoint that ``wamdiff2 train sft`` takes as
+``model=OUT_DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from wamdiff2_ros.model.backbone import build_model, count_parameters
 from wamdiff2_ros.model.checkpoint import save_checkpoint
 from wamdiff2_ros.model.presets import preset_config
+from wamdiff2_ros.model.prompt import COMMANDS, chat_prompt_text, planning_user_text
+from wamdiff2_ros.model.tokenizer import load_tokenizer
+from wamdiff2_ros.model.vocab import ids_for, install
+
+HEAD_DIM = 16  # the tiny preset's
+
+
+def corpus(folders: list[Path]) -> list[str]:
+    """Every turn of the folders' task files, each user turn in the chat template, and a planning prompt per
+    command (the node also sends "unknown", which the scenes never do)."""
+    texts = [chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0)), 1) for c in COMMANDS]
+    for folder in folders:
+        for task in ("planning", "detection", "qa"):
+            path = folder / f"{task}.json"
+            for record in json.loads(path.read_text()) if path.is_file() else []:
+                human, gpt = record["conversations"][0]["value"], record["conversations"][-1]["value"]
+                texts += [chat_prompt_text(human, 1), gpt]
+    return texts
 
 
 def main() -> None:
@@ -22,14 +46,32 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", type=int, default=6, help="text decoder layers (default 6)")
     parser.add_argument("--intermediate", type=int, default=512, help="text MLP size (default 512)")
+    parser.add_argument(
+        "--hidden", type=int, default=64, help="text hidden size, a multiple of 32 (default 64)"
+    )
+    parser.add_argument("--vocab-from", type=Path, nargs="+", help="scene folders whose ids the model keeps")
     args = parser.parse_args()
     config = preset_config("tiny")
-    config.text_config.num_hidden_layers = args.layers
-    config.text_config.intermediate_size = args.intermediate
+    text = config.text_config
+    text.num_hidden_layers, text.intermediate_size, text.hidden_size = (
+        args.layers,
+        args.intermediate,
+        args.hidden,
+    )
+    text.num_attention_heads = args.hidden // HEAD_DIM
+    text.num_key_value_heads = text.num_attention_heads // 2
+    config.vision_config.out_hidden_size = args.hidden
+    kept = ids_for(load_tokenizer(), corpus(args.vocab_from)) if args.vocab_from else None
+    if kept is not None:
+        text.vocab_size = len(kept)
     model = build_model(config, seed=args.seed)
+    if kept is not None:
+        install(model, kept)
     save_checkpoint(model, args.out)
-    shape = f"{args.layers} layers, MLP {args.intermediate}"
-    print(f"{args.out}: {count_parameters(model):,} parameters, {shape}")
+    vocab = f"{len(kept)} kept ids" if kept else "full vocabulary"
+    shape = f"{args.layers} layers, hidden {args.hidden}, MLP {args.intermediate}, {vocab}"
+    size = Path(args.out, "model.safetensors").stat().st_size / 2 / 1e6  # fp32 saved; bf16 is half
+    print(f"{args.out}: {count_parameters(model):,} parameters ({size:.1f} MB as bf16), {shape}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ decoders, and an interrupted run resumes to the same weights."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -224,3 +225,32 @@ def test_a_phase_with_a_time_budget_anneals_and_stops_on_time(dataset_dir, tmp_p
     lrs = [r["lr"] for r in rows]
     assert lrs == sorted(lrs, reverse=True) and lrs[-1] < 0.5 * config.lr  # time-driven cosine decay
     assert sum(r["step_s"] for r in rows) < budget_s + 2.0
+
+
+def test_a_reduced_vocabulary_start_trains_and_keeps_its_ids(dataset_dir, tmp_path):
+    import subprocess
+    import sys
+
+    start, out = tmp_path / "init", tmp_path / "sft"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "init_default_model.py"
+    command = [
+        sys.executable,
+        str(tool),
+        str(start),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--intermediate",
+        "64",
+    ]
+    subprocess.run([*command, "--vocab-from", str(dataset_dir)], check=True, capture_output=True)
+    kept = json.loads((start / "vocab_kept.json").read_text())
+    argv = ["train", "sft", "--config", str(CONFIG_DIR / "train_sft_tiny.yaml")]
+    assert cli_main(argv + overrides(dataset_dir, out, f"model={start}", "max_steps=6", "lr=1e-2")) == 0
+    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [loss for loss in losses if loss is not None]
+    assert all(map(math.isfinite, losses)) and losses[-1] < losses[0]
+    final = out / "B1" / "final"
+    assert json.loads((final / "vocab_kept.json").read_text()) == kept
+    assert load_checkpoint(final).model.model.language_model.embed_tokens.weight.shape == (len(kept), 32)

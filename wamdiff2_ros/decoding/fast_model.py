@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.model.vocab import kept_embedding
+
 if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
 
@@ -216,6 +218,8 @@ class LeanDecoder:
         self.num_layers = config.num_hidden_layers
         self.eps = config.rms_norm_eps
         self.embed = text.embed_tokens.weight  # (V, H)
+        kept = kept_embedding(model)
+        self.rows = None if kept is None else kept.rows  # full-vocabulary id -> embedding row
         self.final_norm = text.norm.weight
         self.inv_freq = text.rotary_emb.inv_freq.float()  # (D / 2,)
         self.layers = [
@@ -269,6 +273,8 @@ class LeanDecoder:
             (K, n, H) hidden states after the final norm (``model/forward.py head_logits`` scores them).
         """
         attention.prepare(start, tokens.shape[1])
+        if self.rows is not None:
+            tokens = self.rows[tokens]
         layers, keys, values = self.layers, cache.keys, cache.values
         # Compiled, the work between two attention calls is the four GEMMs and a few fused kernels
         # (gpu_probe.md: at 2b sizes a forward is bound by kernel count, not bytes).

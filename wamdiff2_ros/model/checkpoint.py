@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLConfig, Qwen3VLForCondi
 from wamdiff2_ros.errors import CheckpointError
 from wamdiff2_ros.model.backbone import build_model, parse_dtype
 from wamdiff2_ros.model.tokenizer import load_tokenizer
+from wamdiff2_ros.model.vocab import install, read_kept, write_kept
 
 MANIFEST = "wamdiff2_manifest.json"
 WEIGHTS = "model.safetensors"
@@ -78,6 +79,7 @@ def save_checkpoint(
     save_file(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
     manifest = {"format": "wamdiff2-checkpoint-1", "sha256": {WEIGHTS: _sha256(folder / WEIGHTS)}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_kept(model, folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     if pixels is not None:
@@ -256,6 +258,9 @@ def load_checkpoint(
             expected[name].copy_(tensor)
     if config.tie_word_embeddings:
         model.tie_weights()
+    kept = read_kept(folder)
+    if kept is not None:
+        install(model, kept)
     budget = read_pixel_budget(folder)
     return LoadedModel(
         model=model.eval(),

@@ -1,7 +1,8 @@
 """One uncached forward of [prompt | response] under the block-causal mask, and the LM head.
 
 The uncached forward is the reference every KV-cache path is tested against; the head can score all
-vocabulary columns or only some (the grammar's).
+vocabulary columns or only some (the grammar's), and always answers in full-vocabulary ids (a reduced
+vocabulary, ``model/vocab.py``, scores its own rows and leaves every other id at -inf).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from transformers import Qwen3VLForConditionalGeneration
 from wamdiff2_ros.model.masks import inference_mask
 from wamdiff2_ros.model.positions import prompt_positions, response_positions
 from wamdiff2_ros.model.prompt import PromptTensors
+from wamdiff2_ros.model.vocab import FULL_VOCAB, kept_embedding
 
 
 def head_logits(
@@ -31,9 +33,19 @@ def head_logits(
         (K, n, V or C) float32 logits.
     """
     weight = model.lm_head.weight
-    if token_ids is not None:
-        weight = weight[token_ids.to(weight.device)]
-    return torch.nn.functional.linear(hidden, weight).float()
+    kept = kept_embedding(model)
+    if kept is None:
+        if token_ids is not None:
+            weight = weight[token_ids.to(weight.device)]
+        return torch.nn.functional.linear(hidden, weight).float()
+    # A reduced vocabulary scores its rows; every other id is -inf (it can never be chosen).
+    if token_ids is None:
+        logits = hidden.new_full((*hidden.shape[:-1], FULL_VOCAB), float("-inf"), dtype=torch.float32)
+        logits[..., kept.kept] = torch.nn.functional.linear(hidden, weight).float()
+        return logits
+    token_ids = token_ids.to(weight.device)
+    logits = torch.nn.functional.linear(hidden, weight[kept.rows[token_ids]]).float()
+    return logits.masked_fill(~kept.is_kept[token_ids], float("-inf"))
 
 
 @torch.no_grad()
