@@ -8,6 +8,8 @@
 # TEACHER=<checkpoint folder> starts from an AR teacher trained by an earlier call (no init, no sft), so a
 # call can spend its 10 minutes on adaptation and distillation; STUDENT=<checkpoint folder> (with TEACHER)
 # also skips adapt B4-B16 and continues the B32 phase from that checkpoint (at LR_B32, default 1e-3).
+# INIT_ARGS passes options to tools/init_default_model.py, e.g. INIT_ARGS="--hidden 128 --vocab-from $DATA" for
+# a reduced-vocabulary model (model/vocab.py).
 # Every stage has a wall-clock budget (train key max_phase_s): its learning rate anneals on time and it ends
 # with a final checkpoint when the budget is used, so the whole call fits the device tool's 10 minutes.
 # Each finished model is written to $OUT as a bf16 checkpoint, tarred and split into pieces under 16 MiB
@@ -50,7 +52,7 @@ if [ -n "${TEACHER:-}" ]; then
   P1=
 else
   echo "== init ${SECONDS}s"
-  python3 tools/init_default_model.py "$RUN/init" --seed 0 || exit 1
+  python3 tools/init_default_model.py "$RUN/init" --seed 0 ${INIT_ARGS:-} || exit 1
   echo "== sft ${SECONDS}s"
   $CLI train sft --config config/train_sft_tiny.yaml model="$RUN/init" out_dir="$RUN/sft" "${COMMON[@]}" \
     max_phase_s="$T_SFT" lr=2.0e-3 merger_lr=2.0e-3 visual_lr=2.0e-3 warmup_steps_max=50 | tail -2
