@@ -14,30 +14,16 @@ Usage: ``python tools/init_default_model.py OUT_DIR [--seed N] [--layers L] [--i
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from wamdiff2_ros.model.backbone import build_model, count_parameters
 from wamdiff2_ros.model.checkpoint import save_checkpoint
 from wamdiff2_ros.model.presets import preset_config
-from wamdiff2_ros.model.prompt import COMMANDS, chat_prompt_text, planning_user_text
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.model.vocab import ids_for, install
+from wamdiff2_ros.training.data import vocabulary_texts
 
 HEAD_DIM = 16  # the tiny preset's
-
-
-def corpus(folders: list[Path]) -> list[str]:
-    """Every turn of the folders' task files, each user turn in the chat template, and a planning prompt per
-    command (the node also sends "unknown", which the scenes never do)."""
-    texts = [chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0)), 1) for c in COMMANDS]
-    for folder in folders:
-        for task in ("planning", "detection", "qa"):
-            path = folder / f"{task}.json"
-            for record in json.loads(path.read_text()) if path.is_file() else []:
-                human, gpt = record["conversations"][0]["value"], record["conversations"][-1]["value"]
-                texts += [chat_prompt_text(human, 1), gpt]
-    return texts
 
 
 def main() -> None:
@@ -61,7 +47,7 @@ def main() -> None:
     text.num_attention_heads = args.hidden // HEAD_DIM
     text.num_key_value_heads = text.num_attention_heads // 2
     config.vision_config.out_hidden_size = args.hidden
-    kept = ids_for(load_tokenizer(), corpus(args.vocab_from)) if args.vocab_from else None
+    kept = ids_for(load_tokenizer(), vocabulary_texts(args.vocab_from)) if args.vocab_from else None
     if kept is not None:
         text.vocab_size = len(kept)
     model = build_model(config, seed=args.seed)

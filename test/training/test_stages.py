@@ -254,3 +254,23 @@ def test_a_reduced_vocabulary_start_trains_and_keeps_its_ids(dataset_dir, tmp_pa
     final = out / "B1" / "final"
     assert json.loads((final / "vocab_kept.json").read_text()) == kept
     assert load_checkpoint(final).model.model.language_model.embed_tokens.weight.shape == (len(kept), 32)
+
+
+def test_reducing_a_trained_checkpoint_keeps_its_logits_and_files(dataset_dir, sft_run, examples, tmp_path):
+    import subprocess
+    import sys
+
+    from wamdiff2_ros.model.vocab import kept_embedding
+
+    source, out = sft_run / "B1" / "final", tmp_path / "small"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "reduce_vocabulary.py"
+    subprocess.run(
+        [sys.executable, str(tool), str(source), str(out), "--vocab-from", str(dataset_dir)], check=True
+    )
+    assert (out / "train_config.yaml").read_text() == (source / "train_config.yaml").read_text()
+    full, small = load_checkpoint(source).model, load_checkpoint(out).model
+    kept = kept_embedding(small).kept
+    batch = fixed_batch(full, examples, 8)
+    want, got = MaskedLogits(full)(batch), MaskedLogits(small)(batch)
+    torch.testing.assert_close(got[:, kept], want[:, kept], rtol=0, atol=1e-5)
+    assert len(kept) < 400

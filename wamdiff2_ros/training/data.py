@@ -18,7 +18,13 @@ from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.model.prompt import PromptTensors, build_prompt
+from wamdiff2_ros.model.prompt import (
+    COMMANDS,
+    PromptTensors,
+    build_prompt,
+    chat_prompt_text,
+    planning_user_text,
+)
 from wamdiff2_ros.model.tokenizer import EOS_ID
 
 
@@ -153,6 +159,19 @@ class RecordDataset(torch.utils.data.Dataset):
 def load_task_records(files: dict[str, str]) -> list[Record]:
     """Records of every task file, tasks in the order given."""
     return [record for task, path in files.items() for record in load_records(path, task)]
+
+
+def vocabulary_texts(folders: list[Path]) -> list[str]:
+    """What a reduced vocabulary (``model/vocab.py``) must cover for scenes like the folders': every user turn
+    of their task files in the chat template, every answer, and a planning prompt per command (the node also
+    sends "unknown", which generated scenes never do)."""
+    texts = [chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0)), 1) for c in COMMANDS]
+    for folder in folders:
+        for task in ("planning", "detection", "qa"):
+            path = Path(folder) / f"{task}.json"
+            for record in load_records(path, task) if path.is_file() else []:
+                texts += [chat_prompt_text(record.user_text, 1), record.answer]
+    return texts
 
 
 def epoch_order(records: list[Record], task_weights: dict[str, float], seed: int, epoch: int) -> list[int]:
