@@ -32,7 +32,9 @@ def get_parameters(probe: Probe, node: str, names: list[str]) -> list:
     client = probe.node.create_client(GetParameters, f"/{node}/get_parameters")
     assert probe.spin_until(lambda: client.service_is_ready(), 30), f"{node} offers no parameter service"
     future = client.call_async(GetParameters.Request(names=names))
-    assert probe.spin_until(future.done, 10)
+    # The planner loads its model in a thread while it spins; on a busy 2-core machine that thread can hold
+    # the GIL long enough to delay the first answer past 10 s (seen once in CI).
+    assert probe.spin_until(future.done, 60), f"{node} did not answer get_parameters within 60 s"
     return future.result().values
 
 
