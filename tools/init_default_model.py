@@ -39,19 +39,14 @@ def main() -> None:
     args = parser.parse_args()
     config = preset_config("tiny")
     text = config.text_config
-    text.num_hidden_layers, text.intermediate_size, text.hidden_size = (
-        args.layers,
-        args.intermediate,
-        args.hidden,
-    )
+    text.num_hidden_layers, text.intermediate_size = args.layers, args.intermediate
+    text.hidden_size, config.vision_config.out_hidden_size = args.hidden, args.hidden
     text.num_attention_heads = args.hidden // HEAD_DIM
     text.num_key_value_heads = text.num_attention_heads // 2
-    config.vision_config.out_hidden_size = args.hidden
     kept = ids_for(load_tokenizer(), vocabulary_texts(args.vocab_from)) if args.vocab_from else None
-    if kept is not None:
-        text.vocab_size = len(kept)
+    text.vocab_size = len(kept) if kept else text.vocab_size
     model = build_model(config, seed=args.seed)
-    if kept is not None:
+    if kept:
         install(model, kept)
     save_checkpoint(model, args.out)
     vocab = f"{len(kept)} kept ids" if kept else "full vocabulary"

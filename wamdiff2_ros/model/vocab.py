@@ -21,10 +21,11 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 
 from wamdiff2_ros.errors import CheckpointError
 from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.presets import QWEN_VOCAB_SIZE
 from wamdiff2_ros.model.tokenizer import MASK_ID
 
 KEPT_FILE = "vocab_kept.json"
-FULL_VOCAB = 151_936  # Qwen3's embedding rows; the id space every caller uses
+FULL_VOCAB = QWEN_VOCAB_SIZE  # the id space every caller uses
 UNKNOWN_ID = 151643  # <|endoftext|>: the row an id outside the kept set reads (never in a trained prompt)
 
 
@@ -78,8 +79,7 @@ def reduce_vocabulary(
 ) -> Qwen3VLForConditionalGeneration:
     """A copy of a full-vocabulary model that keeps only the embedding rows of ``kept`` (ascending ids).
 
-    Every other weight is copied as it is, so the copy's logits equal the original's at the kept ids; a
-    random full-size model reduced this way is also how a reduced-vocabulary model starts training.
+    Every other weight is copied as it is, so the copy's logits equal the original's at the kept ids.
     """
     kept = list(kept)
     config = copy.deepcopy(model.config)
@@ -89,7 +89,9 @@ def reduce_vocabulary(
     embed = state.pop("model.language_model.embed_tokens.weight")
     state.pop("lm_head.weight", None)
     state["model.language_model.embed_tokens.weight"] = embed[torch.tensor(kept, device=embed.device)]
-    small.load_state_dict(state, strict=not config.tie_word_embeddings)
+    missing, unexpected = small.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # the tied head is the embedding, re-tied below
+        raise CheckpointError(f"cannot copy the weights: missing {missing}, unexpected {unexpected}")
     small.tie_weights()
     return install(small, kept)
 
