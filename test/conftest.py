@@ -47,6 +47,17 @@ def planning_prompt(tokenizer, front_image):
 
 
 @pytest.fixture(scope="session")
+def kept_ids(tokenizer) -> list[int]:
+    """The ids a reduced vocabulary keeps for the planning prompt's text (``model/vocab.py``)."""
+    from wamdiff2_ros.model.prompt import chat_prompt_text, planning_user_text
+    from wamdiff2_ros.model.vocab import ids_for
+
+    return ids_for(
+        tokenizer, [chat_prompt_text(planning_user_text("right", (4.66, -0.09), (0.17, -1.53)), 1)]
+    )
+
+
+@pytest.fixture(scope="session")
 def grammar(tokenizer):
     from wamdiff2_ros.decoding.grammar import PlanningGrammar
     from wamdiff2_ros.model.tokenizer import EOS_ID

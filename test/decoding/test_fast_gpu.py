@@ -21,6 +21,7 @@ from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.presets import preset_config
 from wamdiff2_ros.model.tokenizer import MASK_ID
+from wamdiff2_ros.model.vocab import reduce_vocabulary
 
 pytestmark = [
     pytest.mark.gpu,
@@ -43,6 +44,16 @@ def bf16_model():
     config.text_config.head_dim = 128
     config.text_config.rope_parameters["mrope_section"] = [24, 20, 20]
     return build_model(config, seed=0, dtype="bf16", device="cuda")
+
+
+@pytest.fixture(scope="module")
+def reduced_cuda_model(cuda_model, kept_ids):
+    return reduce_vocabulary(cuda_model, kept_ids)
+
+
+@pytest.fixture(scope="module")
+def reduced_bf16_model(bf16_model, kept_ids):
+    return reduce_vocabulary(bf16_model, kept_ids)
 
 
 def _decode(model, tokenizer, prompt, prebuilt=None, **settings):
@@ -186,3 +197,27 @@ def test_compiled_flashinfer_graphed_loop_agrees_with_uncompiled(bf16_model, tok
     plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
     fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
     assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]
+
+
+@pytest.mark.parametrize("rule", ["low_confidence_dynamic", "low_confidence_static"])
+def test_reduced_vocabulary_compiled_graphed_loop_matches_eager(
+    reduced_cuda_model, tokenizer, planning_prompt, grammar, rule
+):
+    # The scattered head (kept rows' logits, -inf elsewhere) in graphs and compiled code, with the grammar.
+    settings = {"block_size": 8, "steps": 4, "commit_rule": rule, "candidates": 4, "max_new_tokens": 96}
+    settings.update(temperature=1.0, seed=3)
+    eager = _decode(reduced_cuda_model, tokenizer, planning_prompt, grammar, **settings)
+    settings.update(backend="sdpa", cuda_graphs=True, compile=True)
+    fast = _decode(reduced_cuda_model, tokenizer, planning_prompt, grammar, **settings)
+    assert [c.token_ids for c in fast.candidates] == [c.token_ids for c in eager.candidates]
+
+
+def test_reduced_vocabulary_flashinfer_graphs_match_flashinfer_without_graphs(
+    reduced_bf16_model, tokenizer, planning_prompt
+):
+    pytest.importorskip("flashinfer")
+    settings = {"block_size": 8, "steps": 4, "commit_rule": "low_confidence_static", "candidates": 4}
+    settings.update(max_new_tokens=32, backend="flashinfer")
+    plain = _decode(reduced_bf16_model, tokenizer, planning_prompt, **settings)
+    graphed = _decode(reduced_bf16_model, tokenizer, planning_prompt, cuda_graphs=True, **settings)
+    assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in plain.candidates]

@@ -12,13 +12,11 @@ from wamdiff2_ros.decoding.engine import decode
 from wamdiff2_ros.errors import CheckpointError
 from wamdiff2_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from wamdiff2_ros.model.forward import block_causal_hidden, head_logits
-from wamdiff2_ros.model.prompt import chat_prompt_text, planning_user_text
 from wamdiff2_ros.model.tokenizer import MASK_ID
 from wamdiff2_ros.model.vocab import (
     FULL_VOCAB,
     KEPT_FILE,
     UNKNOWN_ID,
-    ids_for,
     kept_embedding,
     reduce_vocabulary,
 )
@@ -27,10 +25,8 @@ ANSWER = "2.31,0.02,4.70,0.05,7.12,0.11,9.55,0.20,12.01,0.31,14.50,0.45,17.02,0.
 
 
 @pytest.fixture(scope="module")
-def kept(tokenizer):
-    return ids_for(
-        tokenizer, [chat_prompt_text(planning_user_text("right", (4.66, -0.09), (0.17, -1.53)), 1)]
-    )
+def kept(kept_ids):
+    return kept_ids
 
 
 @pytest.fixture(scope="module")

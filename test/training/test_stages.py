@@ -274,3 +274,42 @@ def test_reducing_a_trained_checkpoint_keeps_its_logits_and_files(dataset_dir, s
     want, got = MaskedLogits(full)(batch), MaskedLogits(small)(batch)
     torch.testing.assert_close(got[:, kept], want[:, kept], rtol=0, atol=1e-5)
     assert len(kept) < 400
+
+
+@torch.no_grad()
+def test_reduced_vocabulary_losses_on_kept_columns_equal_the_full_width_losses(
+    dataset_dir, tiny_model, tokenizer, examples, tmp_path
+):
+    from wamdiff2_ros.errors import InputError
+    from wamdiff2_ros.model.vocab import ids_for, reduce_vocabulary
+    from wamdiff2_ros.training.data import vocabulary_texts
+    from wamdiff2_ros.training.forward import loss_columns
+    from wamdiff2_ros.training.stages import diffusion_loss, distill_loss
+
+    kept = ids_for(tokenizer, vocabulary_texts([dataset_dir]))
+    student = reduce_vocabulary(tiny_model, kept).eval()
+    teacher = reduce_vocabulary(build_model("tiny", seed=1), kept).eval()
+    columns = loss_columns(student, teacher)
+    assert columns.tolist() == kept
+    assert loss_columns(tiny_model) is None and loss_columns(student, tiny_model) is None
+    batch = fixed_batch(student, examples, 8, teacher_block=4)
+    full = diffusion_loss(MaskedLogits(student), batch, 3)
+    narrow = diffusion_loss(MaskedLogits(student, columns), batch, 3, columns)
+    assert MaskedLogits(student, columns)(batch).shape[-1] == len(kept)
+    torch.testing.assert_close(narrow["loss"], full["loss"], rtol=1e-6, atol=0)
+    config = load_config(
+        CONFIG_DIR / "train_distill_tiny.yaml", overrides(dataset_dir, tmp_path, "kd_ratio=0.5")
+    )
+    full = distill_loss(MaskedLogits(student), MaskedLogits(teacher), batch, 3, config)
+    narrow = distill_loss(
+        MaskedLogits(student, columns), MaskedLogits(teacher, columns), batch, 3, config, columns
+    )
+    for key in ("ce", "jsd", "top_k_overlap"):
+        assert narrow[key] == pytest.approx(full[key], rel=1e-5), key
+    # A full-vocabulary teacher: full width, and the student's -inf columns add nothing (not NaN).
+    assert math.isfinite(
+        distill_loss(MaskedLogits(student), MaskedLogits(tiny_model), batch, 3, config)["jsd"]
+    )
+    batch.labels[batch.loss_mask] = 2000  # not a kept id: a clear error, not a wrong class
+    with pytest.raises(InputError, match="2000"):
+        masked_targets(batch, columns)

@@ -2,7 +2,9 @@
 
 Scoring only the masked positions skips almost all of the 151,936-column head (feasibility_ml.md §5). The
 module wraps the model so that DDP sees the whole forward (calling ``model.model`` past a DDP wrapper would
-bypass its gradient hooks).
+bypass its gradient hooks). A reduced-vocabulary model (``model/vocab.py``) is scored on its kept columns
+only (``loss_columns``): every other id is -inf, so the softmax, the CE and the JSD over those columns are
+the full-width ones, without a (n, 151,936) tensor.
 """
 
 from __future__ import annotations
@@ -10,16 +12,37 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.vocab import kept_embedding
 from wamdiff2_ros.training.collate import DiffusionBatch
 
 
-class MaskedLogits(torch.nn.Module):
-    """``forward(batch) -> (n, V)`` float32 logits at ``batch.loss_mask`` positions, in row-major order."""
+def loss_columns(
+    model: Qwen3VLForConditionalGeneration, teacher: Qwen3VLForConditionalGeneration | None = None
+) -> torch.Tensor | None:
+    """The vocabulary ids the losses score: a reduced model's kept ids, or None for the full vocabulary.
 
-    def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
+    None also when a teacher keeps other ids than the student (or all of them): the JSD then needs the
+    teacher's mass outside the student's columns.
+    """
+    kept = kept_embedding(model)
+    if kept is None:
+        return None
+    if teacher is not None:
+        other = kept_embedding(teacher)
+        if other is None or not torch.equal(other.kept.to(kept.kept.device), kept.kept):
+            return None
+    return kept.kept
+
+
+class MaskedLogits(torch.nn.Module):
+    """``forward(batch) -> (n, V)`` float32 logits at ``batch.loss_mask`` positions, in row-major order;
+    V is the vocabulary, or the ``columns`` given (ascending ids, see ``loss_columns``)."""
+
+    def __init__(self, model: Qwen3VLForConditionalGeneration, columns: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.columns = model, columns
 
     def forward(self, batch: DiffusionBatch, teacher_mask: bool = False) -> torch.Tensor:
         """Logits of the masked positions.
@@ -29,7 +52,8 @@ class MaskedLogits(torch.nn.Module):
             teacher_mask: attend with ``batch.teacher_attention_mask`` (the teacher's block size).
 
         Returns:
-            (n, V) float32, n = ``batch.loss_mask.sum()``; position j predicts token j (no shift).
+            (n, V or len(columns)) float32, n = ``batch.loss_mask.sum()``; position j predicts token j (no
+            shift).
         """
         mask = batch.teacher_attention_mask if teacher_mask else batch.attention_mask
         vision = {}
@@ -44,10 +68,25 @@ class MaskedLogits(torch.nn.Module):
             **vision,
         )
         hidden = out.last_hidden_state[batch.loss_mask]  # (n, H)
-        return head_logits(self.model, hidden[None])[0]
+        return head_logits(self.model, hidden[None], self.columns)[0]
 
 
-def masked_targets(batch: DiffusionBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(labels (n,), mask ratio t (n,), batch row (n,)) of the masked positions, in ``MaskedLogits`` order."""
+def masked_targets(
+    batch: DiffusionBatch, columns: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(labels (n,), mask ratio t (n,), batch row (n,)) of the masked positions, in ``MaskedLogits`` order.
+
+    With ``columns`` the labels are positions in it (the class indices of the column logits).
+
+    Raises:
+        InputError: an answer token is not among the columns (a reduced model that never saw it).
+    """
     rows = batch.loss_mask.nonzero()[:, 0]
-    return batch.labels[batch.loss_mask], batch.noise_level[batch.loss_mask], rows
+    labels = batch.labels[batch.loss_mask]
+    if columns is not None:
+        ids = labels
+        labels = torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)
+        if not bool((columns[labels] == ids).all()):
+            missing = sorted(set(ids.tolist()) - set(columns.tolist()))[:5]
+            raise InputError(f"answer tokens {missing} are outside the model's reduced vocabulary")
+    return labels, batch.noise_level[batch.loss_mask], rows

@@ -28,7 +28,7 @@ from wamdiff2_ros.training.collate import DiffusionBatch, DiffusionCollator, mod
 from wamdiff2_ros.training.config import TrainConfig, dump_config
 from wamdiff2_ros.training.data import Example, Record, RecordDataset, epoch_order, load_task_records
 from wamdiff2_ros.training.evaluate import evaluate_records
-from wamdiff2_ros.training.forward import MaskedLogits
+from wamdiff2_ros.training.forward import MaskedLogits, loss_columns
 from wamdiff2_ros.training.report import append_metrics, plot_loss
 from wamdiff2_ros.training.stages import (
     Phase,
@@ -233,7 +233,10 @@ class PhaseTrainer:
         )
         self.warmup = min(config.warmup_steps_max, int(config.warmup_fraction * self.total_steps))
         self.optimizer = make_optimizer(model, config)
-        student: torch.nn.Module = MaskedLogits(model)
+        self.columns = loss_columns(model, teacher.model if teacher is not None else None)
+        if teacher is not None:
+            teacher.columns = self.columns
+        student: torch.nn.Module = MaskedLogits(model, self.columns)
         if runtime.world_size > 1:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
             student = torch.nn.parallel.DistributedDataParallel(student, device_ids=device_ids)
@@ -281,9 +284,9 @@ class PhaseTrainer:
         with sync:
             with autocast:
                 if self.teacher is None:
-                    out = diffusion_loss(self.student, batch, samples)
+                    out = diffusion_loss(self.student, batch, samples, self.columns)
                 else:
-                    out = distill_loss(self.student, self.teacher, batch, samples, self.config)
+                    out = distill_loss(self.student, self.teacher, batch, samples, self.config, self.columns)
             out["loss"].backward()  # outside autocast: backward ops take the forward's dtypes
         metrics = {k: v for k, v in out.items() if k != "loss"}
         metrics["loss"] = float(out["loss"].detach())

@@ -48,6 +48,12 @@ def weighted_masked_ce(
     return _per_sample(ce, sample_index, response_lens).sum() / num_samples
 
 
+def _kl_terms(p: torch.Tensor, log_p: torch.Tensor, log_m: torch.Tensor) -> torch.Tensor:
+    """(n,) sum_v p (log p - log m), where p = 0 adds 0: a reduced vocabulary's -inf columns (0 x -inf is
+    NaN in floating point)."""
+    return torch.where(p > 0, p * (log_p - log_m), 0.0).sum(-1)
+
+
 def symmetric_jsd(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
@@ -80,7 +86,7 @@ def symmetric_jsd(
     log_pt = F.log_softmax(teacher_logits.detach().float() / temperature, dim=-1)
     ps, pt = log_ps.exp(), log_pt.exp()
     log_m = (beta * pt + (1.0 - beta) * ps).clamp_min(LOG_FLOOR).log()
-    per_token = beta * (pt * (log_pt - log_m)).sum(-1) + (1.0 - beta) * (ps * (log_ps - log_m)).sum(-1)
+    per_token = beta * _kl_terms(pt, log_pt, log_m) + (1.0 - beta) * _kl_terms(ps, log_ps, log_m)
     loss = _per_sample(per_token, sample_index, response_lens).sum() / num_samples
     return loss * temperature**2
 

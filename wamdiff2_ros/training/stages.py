@@ -85,18 +85,21 @@ def load_model(
     return loaded.model, loaded.source
 
 
-def diffusion_loss(student: torch.nn.Module, batch: DiffusionBatch, num_samples: int) -> dict:
+def diffusion_loss(
+    student: torch.nn.Module, batch: DiffusionBatch, num_samples: int, columns: torch.Tensor | None = None
+) -> dict:
     """Stage 0 / I loss: 1/t-weighted CE on the masked positions.
 
     Args:
         student: ``MaskedLogits`` (possibly DDP-wrapped).
         batch: batch on the model's device.
         num_samples: samples of the optimizer step on this rank.
+        columns: the student's logit columns (``forward.loss_columns``), None for the whole vocabulary.
 
     Returns:
         ``{"loss": tensor, "ce": float}``.
     """
-    labels, noise, rows = masked_targets(batch)
+    labels, noise, rows = masked_targets(batch, columns)
     loss = weighted_masked_ce(student(batch), labels, noise, rows, batch.response_lens, num_samples)
     return {"loss": loss, "ce": float(loss.detach())}
 
@@ -107,6 +110,7 @@ def distill_loss(
     batch: DiffusionBatch,
     num_samples: int,
     config: TrainConfig,
+    columns: torch.Tensor | None = None,
 ) -> dict:
     """Stage II / III loss: (1 - kd_ratio) CE + kd_ratio JSD, teacher and student on the same x_t.
 
@@ -116,11 +120,12 @@ def distill_loss(
         batch: batch with ``teacher_attention_mask`` and ``teacher_targets``, on the device.
         num_samples: samples of the optimizer step on this rank.
         config: kd_ratio, jsd_beta, temperature, top_k_overlap.
+        columns: the logit columns of student and teacher (``forward.loss_columns``), None for all.
 
     Returns:
         ``{"loss": tensor, "ce": float, "jsd": float, "top_k_overlap": float}``.
     """
-    labels, noise, rows = masked_targets(batch)
+    labels, noise, rows = masked_targets(batch, columns)
     student_logits = student(batch)
     with torch.no_grad():
         teacher_logits = teacher(batch, teacher_mask=True)
