@@ -5,8 +5,8 @@ if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/*.whl $(ls .whl/sim/*.whl 2>/dev/null) || exit 1
   export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
+else  # NOWHEELS: installed already by an outer script (its PYTHONPATH kept), or nothing to install
+  export PYTHONPATH=${PYTHONPATH:-$PWD}
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 CLI="python3 -m wamdiff2_ros.cli.main"

@@ -10,6 +10,7 @@
 # also skips adapt B4-B16 and continues the B32 phase from that checkpoint (at LR_B32, default 1e-3).
 # INIT_ARGS passes options to tools/init_default_model.py, e.g. INIT_ARGS="--hidden 128 --vocab-from $DATA" for
 # a reduced-vocabulary model (model/vocab.py).
+# T_DISTILL=0 ends after adapt B32 (Stage II in a later call) and returns the B16 checkpoint too.
 # Every stage has a wall-clock budget (train key max_phase_s): its learning rate anneals on time and it ends
 # with a final checkpoint when the budget is used, so the whole call fits the device tool's 10 minutes.
 # Each finished model is written to $OUT as a bf16 checkpoint, tarred and split into pieces under 16 MiB
@@ -77,6 +78,12 @@ $CLI train adapt --config config/train_adapt_tiny.yaml model="$B32_FROM" out_dir
 logs adapt
 pack adapt32 "$RUN/adapt/B32/final" &
 P2=$!
+if [ "$T_DISTILL" = 0 ]; then  # no Stage II in this call: the B16 teacher comes back instead
+  pack adapt16 "$RUN/adapt/B16/final"
+  wait $P1 "$P2"
+  echo "== done ${SECONDS}s"
+  exit 0
+fi
 echo "== distill ${SECONDS}s"
 $CLI train distill --config config/train_distill_tiny.yaml model="$RUN/adapt/B32/final" \
   "${TEACHER_ARGS[@]}" out_dir="$RUN/distill" "${COMMON[@]}" max_phase_s="$T_DISTILL" lr=3.0e-4 \
