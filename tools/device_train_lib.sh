@@ -1,6 +1,6 @@
 # Shared by the device-tool training scripts (sourced): carried wheels, the CLI, and pack().
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-mkdir -p "$OUT" /tmp/pack
+mkdir -p "$OUT"
 if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/*.whl $(ls .whl/sim/*.whl 2>/dev/null) || exit 1
@@ -12,14 +12,16 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 CLI="python3 -m wamdiff2_ros.cli.main"
 pack() { # NAME FOLDER: bf16 copy -> $OUT/NAME.tar.part-aa, -ab (each file the tool returns is under 16 MiB)
   [ -d "$2" ] || { echo "pack $1: nothing at '$2'"; return; }
-  python3 - "$2" "/tmp/pack/$1" <<'PY'
+  local dir
+  dir=$(mktemp -d /tmp/pack.XXXXXX)  # one per call: scripts run side by side pack the same names
+  python3 - "$2" "$dir/$1" <<'PY'
 import sys
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
 loaded = load_checkpoint(sys.argv[1], dtype="bf16")
 save_checkpoint(loaded.model, sys.argv[2], pixels=read_pixel_budget(sys.argv[1]))
 PY
-  cp "$2/trainer_state.json" "$2/train_config.yaml" "/tmp/pack/$1/" 2>/dev/null
-  echo "$2" > "/tmp/pack/$1/SOURCE"
-  tar -C /tmp/pack -cf - "$1" | split -b 15M - "$OUT/$1.tar.part-"
+  cp "$2/trainer_state.json" "$2/train_config.yaml" "$dir/$1/" 2>/dev/null
+  echo "$2" > "$dir/$1/SOURCE"
+  tar -C "$dir" -cf - "$1" | split -b 15M - "$OUT/$1.tar.part-"
   echo "packed $1 from $2 at ${SECONDS}s"
 }
