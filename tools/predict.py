@@ -1,10 +1,10 @@
 """Decode a checkpoint over one task file of a ``wamdiff2 sim generate`` folder, for ``wamdiff2 eval``.
 
-planning: the answer grammar on, block size / steps / threshold as given; writes ``{id: answer}`` (for
-``eval open-loop --predictions``). detection and qa: unconstrained greedy decoding; writes the records with
-their answers replaced (for ``--detections`` / ``--answers``). Images are resized with the checkpoint's own
-pixel budget (its preprocessor_config.json). A summary goes next to OUT (``OUT.summary.json``: forwards
-per answer, tokens per forward, seconds per answer on this machine).
+planning: the answer grammar on (``--no-grammar``: off), block size / steps / threshold as given; writes
+``{id: answer}`` (for ``eval open-loop --predictions``). detection and qa: unconstrained greedy decoding;
+writes the records with their answers replaced (for ``--detections`` / ``--answers``). Images are resized
+with the checkpoint's own pixel budget (its preprocessor_config.json). A summary goes next to OUT
+(``OUT.summary.json``: forwards per answer, tokens per forward, seconds per answer on this machine).
 Usage: ``python tools/predict.py CHECKPOINT DATA_DIR OUT --task planning --block-size 32 [--samples N]``.
 """
 
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--rule", choices=COMMIT_RULES, default="low_confidence_dynamic", help="commit rule")
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic commit rule's threshold")
     parser.add_argument("--samples", type=int, default=0, help="first N records (0 = all)")
+    parser.add_argument("--no-grammar", action="store_true", help="planning unconstrained (may not parse)")
     parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
@@ -59,9 +60,9 @@ def main() -> None:
         max_new_tokens=MAX_NEW_TOKENS[args.task],
         commit_rule=args.rule,
         threshold=args.threshold,
-        grammar=planning,
+        grammar=planning and not args.no_grammar,
     )
-    grammar = planning_grammar(tokenizer, config) if planning else None
+    grammar = planning_grammar(tokenizer, config) if config.grammar else None
     answers: dict[str, str] = {}
     forwards, tokens, seconds = [], [], []
     with torch.inference_mode():
