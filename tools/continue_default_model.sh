@@ -22,6 +22,9 @@ BASE_RUNS=${BASE_RUNS:-s1_:1:4000 s2_:2:2000}  # the 6,000 scenes of tools/make_
 SELECT_SAMPLES=${SELECT_SAMPLES:-200}
 BATCH=${BATCH:-256} DEVICE=${DEVICE:-cuda}
 T_1=${T_1:-170} T_2=${T_2:-120} STAGE1=${STAGE1:-1}
+# Selection stops at DEADLINE seconds (a model it did not finish is reported failed) so that the packing after
+# it fits the tool's 600 s: a call whose selection ran over lost every trained model.
+DEADLINE=${DEADLINE:-540}
 DISTILL_RUNS=${DISTILL_RUNS:-distill_kd1:-:1.0 distill_kd05:-:0.5} REFERENCES=${REFERENCES:-} KEEP=${KEEP:-2}
 LR_SFT=${LR_SFT:-1.0e-3} LR_B32=${LR_B32:-7.0e-4} LR_DISTILL=${LR_DISTILL:-4.0e-4}
 source tools/device_train_lib.sh
@@ -80,8 +83,9 @@ echo "== selection ${SECONDS}s"
 for name in "${!MODELS[@]}"; do
   decoding=(--block-size 32 --steps 8)
   [ "$name" = teacher ] && decoding=(--block-size 1)
-  { python3 tools/predict.py "${MODELS[$name]}" /tmp/data/select "/tmp/select_$name.json" "${decoding[@]}" \
-      --threads 6 && $CLI eval open-loop --data /tmp/data/select --predictions "$name=/tmp/select_$name.json" \
+  { timeout $((DEADLINE - SECONDS)) python3 tools/predict.py "${MODELS[$name]}" /tmp/data/select \
+      "/tmp/select_$name.json" "${decoding[@]}" --threads "${SELECT_THREADS:-4}" &&
+    $CLI eval open-loop --data /tmp/data/select --predictions "$name=/tmp/select_$name.json" \
       --out "/tmp/report_$name" --plots 0; } >"/tmp/select_$name.log" 2>&1 &
 done
 wait $(jobs -p | grep -vx "$PACK")
