@@ -161,3 +161,36 @@ def test_clashing_commits_keep_the_most_confident_consistent_tokens(grammar, tok
     tokens, masked, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, None, None)
     assert tokens[0, 0] == tokenizer.convert_tokens_to_ids("-")
     assert masked[0, 1:].all()
+
+
+@pytest.fixture(scope="module")
+def padded_grammar(tokenizer):
+    from wamdiff2_ros.decoding.grammar import PlanningGrammar
+
+    return PlanningGrammar(tokenizer, EOS_ID, MAX_STEP_M, min_int_digits=2)
+
+
+PADDED = "02.26,-00.17,04.43,-00.55,06.45,-01.18,08.33,-02.06,10.04,-03.17,11.69,-04.50,13.24,-06.22,15.59,-08.59"
+
+
+def test_padded_style_accepts_two_digit_integer_parts_and_bounds_them(padded_grammar, tokenizer):
+    end = padded_grammar.advance(padded_grammar.start_state, [*_ids(tokenizer, PADDED), EOS_ID])
+    assert end == padded_grammar.done_state
+    far_last = ",".join(["00.00"] * 14 + ["160.00", "-159.99"])
+    assert padded_grammar.advance(padded_grammar.start_state, _ids(tokenizer, far_last)) is not None
+    for text in ("2.26,", "002.26,", "020.00,", "20.01,", "00.00,-20.01", "-5.00,", "160.00,"):
+        assert padded_grammar.advance(padded_grammar.start_state, _ids(tokenizer, text)) is None, text
+    assert padded_grammar.min_tokens() == 16 * 5 + 15 + 1  # "dd.dd" x 16, 15 commas, <|im_end|>
+    assert parse_waypoints(PADDED).tolist() == parse_waypoints(ANSWER).tolist()
+
+
+def test_padded_grammar_decodes_parse_and_a_mismatched_grammar_is_refused(
+    tiny_model, tokenizer, planning_prompt, padded_grammar
+):
+    config = DecodeConfig(block_size=8, steps=4, grammar=True, min_int_digits=2, max_new_tokens=128)
+    result = decode(tiny_model, tokenizer, planning_prompt, config, padded_grammar)
+    values = result.text.split("<|im_end|>")[0].split(",")
+    assert all(len(v.lstrip("-").split(".")[0]) >= 2 for v in values), result.text
+    _assert_bounded_plan(result.text)
+    with pytest.raises(InputError, match="integer digits"):
+        decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(grammar=True), padded_grammar)

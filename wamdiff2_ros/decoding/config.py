@@ -40,6 +40,8 @@ class DecodeConfig:
         grammar: constrain tokens to the planning answer ``x1,y1,...,x8,y8<|im_end|>`` (2 decimals, bounded).
         max_step_m: grammar bound: waypoint k (k = 1..8, 0.5 s apart) has |x|, |y| <= k * max_step_m.
             Default 20 m per 0.5 s step (144 km/h).
+        min_int_digits: grammar's number style: 1 plain (``5.00``), 2 padded (``05.00``, what a model trained
+            on padded answers writes; ``model/prompt.py``).
         suppress_mask_token: never emit the mask id (the reference does not suppress it; pitfall 7).
         Default on.
         backend: ``eager`` (transformers' forward over a ``DynamicCache``: the reference), ``sdpa`` or
@@ -62,6 +64,7 @@ class DecodeConfig:
     cache_order: str = "fused"
     grammar: bool = False
     max_step_m: float = 20.0
+    min_int_digits: int = 1
     suppress_mask_token: bool = True
     backend: str = "eager"
     cuda_graphs: bool = False
@@ -84,6 +87,8 @@ class DecodeConfig:
             raise InputError(f"threshold must be in (0, 1], got {self.threshold}")
         if not self.temperature >= 0.0:
             raise InputError(f"temperature must be >= 0, got {self.temperature}")
+        if self.min_int_digits not in (1, 2):
+            raise InputError(f"min_int_digits must be 1 or 2, got {self.min_int_digits}")
         if not self.max_step_m > 0.0:
             raise InputError(f"max_step_m must be > 0, got {self.max_step_m}")
         if self.decoder == "ar" and self.block_size != 1:

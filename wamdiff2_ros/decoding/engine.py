@@ -19,7 +19,7 @@ def planning_grammar(tokenizer: PreTrainedTokenizerBase, config: DecodeConfig) -
     Raises:
         InputError: the shortest valid answer is longer than ``config.max_new_tokens``.
     """
-    grammar = PlanningGrammar(tokenizer, SpecialIds().eos, config.max_step_m)
+    grammar = PlanningGrammar(tokenizer, SpecialIds().eos, config.max_step_m, config.min_int_digits)
     if grammar.min_tokens() > config.max_new_tokens:
         raise InputError(
             f"max_new_tokens {config.max_new_tokens} is below the {grammar.min_tokens()} tokens of the "
@@ -49,15 +49,18 @@ def decode(
         The answers and their costs.
 
     Raises:
-        InputError: the grammar cannot fit in ``max_new_tokens``, or the grammar's bound differs from
-            ``config.max_step_m``.
+        InputError: the grammar cannot fit in ``max_new_tokens``, or the grammar's bound or number style
+            differs from ``config.max_step_m`` / ``config.min_int_digits``.
     """
     if not config.grammar:
         grammar = None
     elif grammar is None:
         grammar = planning_grammar(tokenizer, config)
-    elif grammar.max_step_m != config.max_step_m:
-        raise InputError(f"grammar bound {grammar.max_step_m} m differs from max_step_m {config.max_step_m}")
+    elif (grammar.max_step_m, grammar.min_int_digits) != (config.max_step_m, config.min_int_digits):
+        raise InputError(
+            f"grammar (bound {grammar.max_step_m} m, {grammar.min_int_digits} integer digits) differs from "
+            f"the config's ({config.max_step_m} m, {config.min_int_digits})"
+        )
     elif grammar.min_tokens() > config.max_new_tokens:
         raise InputError(f"max_new_tokens {config.max_new_tokens} is below the shortest planning answer")
     if config.backend != "eager":

@@ -1,7 +1,9 @@
 """Token automaton for the planning answer ``x1,y1,...,x8,y8<|im_end|>`` and its block-wise constraint.
 
-Each number is ``-?(0|[1-9][0-9]*)\\.[0-9][0-9]`` with |value| <= k * max_step_m for waypoint k (k = 1..8),
-numbers are separated by ``,`` and the 16th is followed by ``<|im_end|>``, then only ``<|im_end|>``. The
+Each number is ``-?(0|[1-9][0-9]*)\\.[0-9][0-9]`` with |value| <= k * max_step_m for waypoint k (k = 1..8);
+with ``min_int_digits=2`` (the padded style, ``model/prompt.py``)
+``-?([0-9][0-9]|[1-9][0-9][0-9]+)\\.[0-9][0-9]``.
+Numbers are separated by ``,`` and the 16th is followed by ``<|im_end|>``, then only ``<|im_end|>``. The
 automaton runs over characters, so multi-character vocabulary tokens (``,-`` is one Qwen token) are allowed
 wherever their characters fit. Block diffusion commits tokens out of order, so the allowed set of a masked
 position is computed over every way of filling the other masked positions of the block: a forward pass of
@@ -27,10 +29,12 @@ DONE = "done"
 
 @dataclass(frozen=True)
 class _Bound:
-    """|value| <= int_max + frac_max / 100, as digit strings for the digit-by-digit comparison."""
+    """|value| <= int_max + frac_max / 100, as digit strings for the digit-by-digit comparison, and the
+    fewest integer digits a number writes (1 plain, 2 padded; ``int_max`` is zero-filled to that width)."""
 
     int_max: str
     frac_max: str  # two digits
+    min_int_digits: int = 1
 
 
 def _compare(digit: str, reference: str) -> str:
@@ -41,23 +45,26 @@ def _step_number(sub: tuple, char: str, bound: _Bound) -> tuple | None:
     """Next sub-state of one number after ``char``, or None when no bounded number can follow."""
     kind = sub[0]
     width = len(bound.int_max)
+    padded = bound.min_int_digits > 1
     if kind in ("start", "neg") and char.isdigit():
-        if char == "0":
+        if char == "0" and not padded:
             return ("zero",)
         rel = _compare(char, bound.int_max[0])
-        return ("int", 1, rel) if (width > 1 or rel != "gt") else None
+        # A padded leading zero ("05") allows exactly min_int_digits digits: the number is below any bound.
+        return ("int", 1, rel, char == "0") if (width > 1 or rel != "gt") else None
     if kind == "start" and char == "-":
         return ("neg",)
     if kind == "int" and char.isdigit():
-        _, length, rel = sub
-        if length + 1 > width:
+        _, length, rel, leading_zero = sub
+        if length + 1 > width or (leading_zero and length + 1 > bound.min_int_digits):
             return None
         new_rel = _compare(char, bound.int_max[length]) if rel == "eq" else rel
         # Fewer digits than the bound is always smaller; as many digits must not compare greater.
-        return ("int", length + 1, new_rel) if (length + 1 < width or new_rel != "gt") else None
+        ok = length + 1 < width or new_rel != "gt"
+        return ("int", length + 1, new_rel, leading_zero) if ok else None
     if kind == "int" and char == ".":
-        _, length, rel = sub
-        return ("dot", length == width and rel == "eq")
+        _, length, rel, _ = sub
+        return ("dot", length == width and rel == "eq") if length >= bound.min_int_digits else None
     if kind == "zero" and char == ".":
         return ("dot", bound.int_max == "0")
     if kind == "dot" and char.isdigit():
@@ -79,15 +86,24 @@ class PlanningGrammar:
         tokenizer: the Qwen tokenizer (its vocabulary decides which multi-character tokens exist).
         eos_id: the ``<|im_end|>`` id.
         max_step_m: waypoint k is bounded by k * max_step_m on each axis.
+        min_int_digits: 1 for plain numbers (``5.00``), 2 for the padded style (``05.00``).
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, eos_id: int, max_step_m: float = 20.0) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        eos_id: int,
+        max_step_m: float = 20.0,
+        min_int_digits: int = 1,
+    ) -> None:
         self.eos_id = eos_id
         self.max_step_m = max_step_m
+        self.min_int_digits = min_int_digits
         self._bounds = []
         for index in range(NUM_VALUES):
             hundredths = round((index // 2 + 1) * max_step_m * 100)
-            self._bounds.append(_Bound(str(hundredths // 100), f"{hundredths % 100:02d}"))
+            int_max = str(hundredths // 100).zfill(min_int_digits)
+            self._bounds.append(_Bound(int_max, f"{hundredths % 100:02d}", min_int_digits))
         strings = {
             token_id: token
             for token, token_id in tokenizer.get_vocab().items()
