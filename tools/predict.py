@@ -22,6 +22,7 @@ from wamdiff2_ros.decoding.config import COMMIT_RULES, DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
 from wamdiff2_ros.model.image import MIN_PIXELS
+from wamdiff2_ros.model.prompt import min_int_digits_of
 from wamdiff2_ros.training.data import load_records, tokenize_record
 
 MAX_NEW_TOKENS = {"planning": 96, "detection": 160, "qa": 16}
@@ -44,9 +45,6 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic commit rule's threshold")
     parser.add_argument("--samples", type=int, default=0, help="first N records (0 = all)")
     parser.add_argument("--no-grammar", action="store_true", help="planning unconstrained (may not parse)")
-    parser.add_argument(
-        "--min-int-digits", type=int, default=1, help="grammar's number style: 2 for a padded-answer model"
-    )
     parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
@@ -64,7 +62,7 @@ def main() -> None:
         commit_rule=args.rule,
         threshold=args.threshold,
         grammar=planning and not args.no_grammar,
-        min_int_digits=args.min_int_digits,
+        min_int_digits=min_int_digits_of(model.config),  # the number style it was trained on
     )
     grammar = planning_grammar(tokenizer, config) if config.grammar else None
     answers: dict[str, str] = {}

@@ -170,7 +170,9 @@ def padded_grammar(tokenizer):
     return PlanningGrammar(tokenizer, EOS_ID, MAX_STEP_M, min_int_digits=2)
 
 
-PADDED = "02.26,-00.17,04.43,-00.55,06.45,-01.18,08.33,-02.06,10.04,-03.17,11.69,-04.50,13.24,-06.22,15.59,-08.59"
+PADDED = (
+    "02.26,-00.17,04.43,-00.55,06.45,-01.18,08.33,-02.06,10.04,-03.17,11.69,-04.50,13.24,-06.22,15.59,-08.59"
+)
 
 
 def test_padded_style_accepts_two_digit_integer_parts_and_bounds_them(padded_grammar, tokenizer):
@@ -194,3 +196,19 @@ def test_padded_grammar_decodes_parse_and_a_mismatched_grammar_is_refused(
     _assert_bounded_plan(result.text)
     with pytest.raises(InputError, match="integer digits"):
         decode(tiny_model, tokenizer, planning_prompt, DecodeConfig(grammar=True), padded_grammar)
+
+
+def test_planner_decodes_in_the_number_style_its_model_was_trained_on(tokenizer, front_image):
+    from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.checkpoint import LoadedModel
+    from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
+
+    model = build_model("tiny", seed=0)
+    setattr(model.config, MIN_INT_DIGITS_KEY, 2)  # what training on padded answers writes to config.json
+    config = DecodeConfig(block_size=8, steps=4, grammar=True, max_new_tokens=128)
+    planner = Planner(LoadedModel(model, tokenizer, "padded"), config)
+    assert planner.config.min_int_digits == 2 and planner.with_config(steps=8).config.min_int_digits == 2
+    text = planner.plan(DrivingInputs(front_image, "straight", (5.0, 0.0), (0.0, 0.0))).candidates[0].text
+    values = text.split("<|im_end|>")[0].split(",")
+    assert len(values) == 16 and all(len(v.lstrip("-").split(".")[0]) >= 2 for v in values), text

@@ -8,10 +8,13 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
+    MIN_INT_DIGITS_KEY,
     PLANNING_INSTRUCTION,
+    answers_min_int_digits,
     build_prompt,
     chat_prompt_text,
     format_waypoints,
+    min_int_digits_of,
     planning_user_text,
 )
 
@@ -86,3 +89,23 @@ def test_bad_planning_inputs_are_input_errors(command, velocity, message):
 def test_formatted_waypoints_parse_back():
     waypoints = np.arange(16, dtype=np.float64).reshape(8, 2) * 1.25 - 3.0
     assert np.array_equal(parse_waypoints(format_waypoints(waypoints)), np.round(waypoints, 2))
+
+
+def test_padded_style_writes_two_integer_digits_and_is_recognised(tokenizer):
+    waypoints = np.array([[5.0, -0.12], [10.05, 0.0], [-3.456, 101.2]] + [[0.0, 0.0]] * 5)
+    padded = format_waypoints(waypoints, min_int_digits=2)
+    assert padded.startswith("05.00,-00.12,10.05,00.00,-03.46,101.20,00.00")
+    assert format_waypoints(waypoints).startswith("5.00,-0.12,10.05,0.00,-3.46,101.20,0.00")
+    assert np.array_equal(parse_waypoints(padded), np.round(waypoints, 2))
+    assert answers_min_int_digits([padded]) == 2 and answers_min_int_digits([format_waypoints(waypoints)]) == 1
+    # below 100 m every value after the first is one separator token (",", ",-") and five characters
+    small = format_waypoints(np.linspace(90, -40, 16).reshape(8, 2), min_int_digits=2)
+    assert len(tokenizer(small, add_special_tokens=False)["input_ids"]) == 5 + 15 * 6
+
+    class Config:
+        pass
+
+    config = Config()
+    assert min_int_digits_of(config) == 1
+    setattr(config, MIN_INT_DIGITS_KEY, 2)
+    assert min_int_digits_of(config) == 2

@@ -34,6 +34,8 @@ def test_planning_record_has_the_reference_shape_and_prompt():
     assert human == {"from": "human", "value": planning_user_text("left", [4.66, -0.09], [0.17, -1.53])}
     assert "The current velocity is: (4.66,-0.09) and current accelerate is: (0.17,-1.53)" in human["value"]
     np.testing.assert_allclose(parse_waypoints(gpt["value"]), TRUTH.waypoints_ego, atol=0.005)
+    padded = export.planning_record("s1", "images/s1.png", TRUTH, min_int_digits=2)["conversations"][1]
+    assert padded["value"].startswith("02.00,00.25,04.00,00.50")
 
 
 def test_detection_answer_parses_back_with_the_model_parser():

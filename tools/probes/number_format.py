@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.model.prompt import format_waypoints
 
 JUMP_M = 4.0  # per 0.5 s step: 8 m/s
 
 
 def padded(answer: str) -> str:
     """A plan's answer text with every integer part at least two digits wide."""
-    values = parse_waypoints(answer).reshape(-1)
-    return ",".join(("-" if v < 0 else "") + f"{abs(v):05.2f}" for v in values)
+    return format_waypoints(parse_waypoints(answer), min_int_digits=2)
 
 
 def make(source: Path, out: Path, samples: int) -> None:

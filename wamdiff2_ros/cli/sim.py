@@ -41,6 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--workers", type=int, default=0, help="worker processes (default 0: one per CPU)")
     gen.add_argument("--episode-s", type=float, default=14.0, help="simulated seconds per drive (default 14)")
     gen.add_argument("--stride-s", type=float, default=1.0, help="seconds between samples (default 1)")
+    gen.add_argument(
+        "--min-int-digits",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="planning answers' number style: 1 plain (5.00, the reference's), 2 padded (05.00)",
+    )
     gen.set_defaults(func=run_generate)
 
 
@@ -57,6 +64,7 @@ def run_generate(args: argparse.Namespace) -> int:
         stride_s=args.stride_s,
         bags=args.bags,
         workers=args.workers,
+        min_int_digits=args.min_int_digits,
     )
     start_s = time.perf_counter()
     summary = generate(config)

@@ -20,7 +20,13 @@ from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_waypoints, salvage_detections
-from wamdiff2_ros.model.prompt import MAX_PIXELS, NUM_WAYPOINTS, build_planning_prompt, build_prompt
+from wamdiff2_ros.model.prompt import (
+    MAX_PIXELS,
+    NUM_WAYPOINTS,
+    build_planning_prompt,
+    build_prompt,
+    min_int_digits_of,
+)
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 
 
@@ -81,14 +87,17 @@ class Planner:
         config: decode settings; ``config.candidates`` answers are decoded in one batch.
         max_pixels: pixel budget of the image resize; None: the checkpoint's own (the budget it was trained
             with), else the reference's 2,073,600.
+
+    The grammar's number style is the model's (``min_int_digits`` of its config), whatever ``config`` says.
     """
 
     def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int | None = None) -> None:
-        self.loaded, self.config = loaded, config
+        self.loaded = loaded
+        self.config = replace(config, min_int_digits=min_int_digits_of(loaded.model.config))
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
         # The grammar's token automaton is built once per tokenizer and bound (about a second on a CPU).
-        self._grammar = planning_grammar(loaded.tokenizer, config) if config.grammar else None
+        self._grammar = planning_grammar(loaded.tokenizer, self.config) if self.config.grammar else None
 
     @classmethod
     def from_settings(
@@ -124,7 +133,7 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
-        planner.config = replace(self.config, **changes)
+        planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         same_grammar = planner.config.grammar and planner.config.max_step_m == self.config.max_step_m
         if same_grammar and self._grammar is not None:
             planner._grammar = self._grammar

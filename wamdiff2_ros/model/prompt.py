@@ -26,6 +26,8 @@ PLANNING_INSTRUCTION = (
 )
 NUM_WAYPOINTS = 8  # 4 s at 0.5 s spacing (NAVSIM convention)
 WAYPOINT_DT_S = 0.5
+# The model config attribute (saved in config.json) naming the number style a model was trained on.
+MIN_INT_DIGITS_KEY = "planning_min_int_digits"
 
 
 def _pair(values: Sequence[float], name: str) -> str:
@@ -64,14 +66,32 @@ def planning_user_text(
     )
 
 
-def format_waypoints(waypoints_ego: np.ndarray) -> str:
-    """The answer text ``x1,y1,...,x8,y8`` with 2 decimals for an (8, 2) array in metres."""
+def format_waypoints(waypoints_ego: np.ndarray, min_int_digits: int = 1) -> str:
+    """The answer text ``x1,y1,...,x8,y8`` with 2 decimals for an (8, 2) array in metres.
+
+    ``min_int_digits=2`` is the padded style (``05.00,-00.12``): below 100 m every value takes the same
+    tokens whatever its size, so a block-diffusion student cannot lay out ``1.08`` where it means ``10.05``
+    (docs/DECISIONS.md). The reference writes the plain style (1).
+    """
     waypoints_ego = np.asarray(waypoints_ego, dtype=np.float64)
     if waypoints_ego.shape != (NUM_WAYPOINTS, 2) or not np.all(np.isfinite(waypoints_ego)):
         raise InputError(
             f"waypoints must be a finite ({NUM_WAYPOINTS}, 2) array, got shape {waypoints_ego.shape}"
         )
-    return ",".join(f"{v + 0.0:.2f}" for v in waypoints_ego.reshape(-1))
+    width = min_int_digits + 3  # integer digits, the point, two decimals
+    return ",".join(("-" if v < 0 else "") + f"{abs(v):0{width}.2f}" for v in waypoints_ego.reshape(-1))
+
+
+def answers_min_int_digits(answers: Sequence[str]) -> int:
+    """The number style of planning answers: 2 when every value has at least two integer digits, else 1."""
+    values = [value for answer in answers for value in answer.split(",")]
+    padded = bool(values) and all(len(value.lstrip("-").split(".")[0]) >= 2 for value in values)
+    return 2 if padded else 1
+
+
+def min_int_digits_of(config: object) -> int:
+    """The number style a model writes (its config's ``MIN_INT_DIGITS_KEY``; 1 when it has none)."""
+    return int(getattr(config, MIN_INT_DIGITS_KEY, 1))
 
 
 @dataclass(frozen=True)

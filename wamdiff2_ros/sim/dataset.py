@@ -41,6 +41,7 @@ class GenerateConfig:
         stride_s: time between samples of one drive.
         bags: also write one MCAP drive per episode (every tick rendered).
         workers: worker processes (0: one per CPU core).
+        min_int_digits: number style of the planning answers (1 plain, 2 padded: ``05.00``).
     """
 
     out_dir: Path
@@ -51,6 +52,7 @@ class GenerateConfig:
     stride_s: float = 1.0
     bags: bool = False
     workers: int = 0
+    min_int_digits: int = 1
 
 
 def episode_seed(seed: int, episode: int) -> int:
@@ -74,7 +76,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
             {
                 "image_path": image_path,
                 "png": encode_png(frame.image_rgb),  # written by the parent only if the sample is kept
-                "planning": export.planning_record(sample_id, image_path, truth),
+                "planning": export.planning_record(sample_id, image_path, truth, config.min_int_digits),
                 "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
                 "qa": export.qa_records(sample_id, image_path, truth),
                 "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": scene.kind},

@@ -35,10 +35,11 @@ def record(sample_id: str, image_path: str, user_text: str, answer: str) -> dict
     }
 
 
-def planning_record(sample_id: str, image_path: str, truth: GroundTruth) -> dict:
-    """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``."""
+def planning_record(sample_id: str, image_path: str, truth: GroundTruth, min_int_digits: int = 1) -> dict:
+    """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``
+    (``min_int_digits`` 2: the padded number style, ``model.prompt.format_waypoints``)."""
     user_text = planning_user_text(truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2)
-    return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego))
+    return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego, min_int_digits))
 
 
 def format_detections(boxes_px: np.ndarray, labels: Sequence[str], image_wh_px: tuple[int, int]) -> str:

@@ -20,6 +20,7 @@ from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
 from wamdiff2_ros.eval.qa import exact_match
 from wamdiff2_ros.model.parse import parse_detections, parse_qa, parse_waypoints
+from wamdiff2_ros.model.prompt import min_int_digits_of
 from wamdiff2_ros.training.data import Record, tokenize_record
 
 
@@ -66,7 +67,13 @@ def evaluate_records(
         exact match.
     """
     model.eval()
-    base = DecodeConfig(block_size=block_size, steps=block_size, max_new_tokens=max_new_tokens, threshold=0.9)
+    base = DecodeConfig(
+        block_size=block_size,
+        steps=block_size,
+        max_new_tokens=max_new_tokens,
+        threshold=0.9,
+        min_int_digits=min_int_digits_of(model.config),
+    )
     grammar = planning_grammar(tokenizer, replace(base, grammar=True))  # built once, reused per record
     outputs: dict[str, list[tuple[Record, str, int, int]]] = {}
     for record in records:

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.checkpoint import load_checkpoint
+from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY, answers_min_int_digits
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.training import checkpoints
 from wamdiff2_ros.training.collate import DiffusionBatch, DiffusionCollator, model_rope_index
@@ -462,6 +463,9 @@ def train(config: TrainConfig) -> dict:
     tokenizer = load_tokenizer(config.model if Path(config.model).is_dir() else None)
     records = load_task_records(config.data)
     model, _ = load_model(config.model, dtype=config.dtype, device=runtime.device, seed=config.seed)
+    planning = [record.answer for record in records if record.task == "planning"]
+    if planning:  # the number style the model learns to write travels in its config.json
+        setattr(model.config, MIN_INT_DIGITS_KEY, answers_min_int_digits(planning))
     teacher = None
     if config.stage == "distill":
         teacher_model, _ = load_model(
