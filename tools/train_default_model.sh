@@ -41,6 +41,7 @@ logs() { # STAGE: its metrics now, so that a call cut short still returns them (
 
 echo "== generate ${SECONDS}s"
 [ -f "$DATA/planning.json" ] || $CLI sim generate --out "$DATA" --samples "$SAMPLES" --seed "$DATA_SEED" \
+  --min-int-digits "${MIN_INT_DIGITS:-1}" \
   --width 192 --workers "$(( $(nproc) - 1 ))" | tail -4 || exit 1
 COMMON=(device="$DEVICE" "data={planning: $DATA/planning.json, detection: $DATA/detection.json, qa: $DATA/qa.json}"
   "task_weights={planning: 1.0, detection: 0.3, qa: 0.1}" "eval_data={}" max_new_tokens=96 max_steps=1000000
