@@ -150,3 +150,12 @@ def test_driving_score_multiplies_penalties():
     assert metrics.driving_score(0.5, {}) == 0.5
     with pytest.raises(InputError, match="no penalty"):
         metrics.driving_score(1.0, {"red_light": 1})
+
+
+def test_speed_jump_flags_a_misplaced_digit_not_a_smooth_stop():
+    cruise = np.stack([np.arange(1, 9) * 5.0, np.zeros(8)], axis=1)  # 10 m/s
+    stopping = np.stack([np.cumsum([4.0, 3.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0]), np.zeros(8)], axis=1)
+    misplaced = cruise.copy()
+    misplaced[4, 0] = 2.5  # "2.50" where the scene needs "25.00"
+    assert not metrics.speed_jump(cruise) and not metrics.speed_jump(stopping)
+    assert metrics.speed_jump(misplaced)

@@ -97,7 +97,8 @@ def test_padded_style_writes_two_integer_digits_and_is_recognised(tokenizer):
     assert padded.startswith("05.00,-00.12,10.05,00.00,-03.46,101.20,00.00")
     assert format_waypoints(waypoints).startswith("5.00,-0.12,10.05,0.00,-3.46,101.20,0.00")
     assert np.array_equal(parse_waypoints(padded), np.round(waypoints, 2))
-    assert answers_min_int_digits([padded]) == 2 and answers_min_int_digits([format_waypoints(waypoints)]) == 1
+    assert answers_min_int_digits([padded]) == 2
+    assert answers_min_int_digits([format_waypoints(waypoints)]) == 1
     # below 100 m every value after the first is one separator token (",", ",-") and five characters
     small = format_waypoints(np.linspace(90, -40, 16).reshape(8, 2), min_int_digits=2)
     assert len(tokenizer(small, add_special_tokens=False)["input_ids"]) == 5 + 15 * 6

@@ -9,8 +9,9 @@ is one Qwen token), which fixes 5 tokens per value for |v| < 100 m (99.9 % of th
 ``make SRC OUT --samples N``: OUT/plain (the first N scenes of a ``wamdiff2 sim generate`` folder, all three
 tasks) and OUT/padded (the same, planning answers padded; images shared through ``../plain``).
 ``glitches DATA REFERENCE=PRED NAME=PRED ...``: per predictions file (``tools/predict.py`` output) the ADE,
-the share of plans whose speed jumps by more than 8 m/s between consecutive 0.5 s steps (no expert plan
-does), and each model's ADE over the reference's on all plans and on the plans without a jump.
+the share of plans whose speed jumps by more than 8 m/s between consecutive 0.5 s steps
+(``eval.metrics.speed_jump``; no expert plan does), and each model's ADE over the reference's on all plans and
+on the plans without a jump.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff2_ros.eval.metrics import speed_jump
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import format_waypoints
-
-JUMP_M = 4.0  # per 0.5 s step: 8 m/s
 
 
 def padded(answer: str) -> str:
@@ -55,11 +55,6 @@ def make(source: Path, out: Path, samples: int) -> None:
     print(f"{out}: {len(planning)} scenes, plain and padded")
 
 
-def jumps(plan: np.ndarray) -> bool:
-    steps = np.linalg.norm(np.diff(np.vstack([np.zeros(2), plan]), axis=0), axis=1)
-    return bool(np.any(np.abs(np.diff(steps)) > JUMP_M))
-
-
 def glitches(data: Path, predictions: list[str]) -> None:
     truth = {
         r["id"]: parse_waypoints(r["conversations"][-1]["value"])
@@ -79,7 +74,7 @@ def glitches(data: Path, predictions: list[str]) -> None:
     ade = {
         n: np.array([np.linalg.norm(p[k] - truth[k], axis=1).mean() for k in keys]) for n, p in plans.items()
     }
-    jumped = {n: np.array([jumps(p[k]) for k in keys]) for n, p in plans.items()}
+    jumped = {n: np.array([speed_jump(p[k]) for k in keys]) for n, p in plans.items()}
     print(f"{len(keys)} scenes every model planned (of {len(truth)}); reference {reference}")
     for name in plans:
         clean = ~jumped[name]

@@ -16,6 +16,7 @@ OPEN_LOOP_COLUMNS = (
     "ade_m",
     "fde_m",
     "collision_rate",
+    "jump_rate",
     "no_collision",
     "drivable_area",
     "time_to_collision",

@@ -50,7 +50,7 @@ def _step_number(sub: tuple, char: str, bound: _Bound) -> tuple | None:
         if char == "0" and not padded:
             return ("zero",)
         rel = _compare(char, bound.int_max[0])
-        # A padded leading zero ("05") allows exactly min_int_digits digits: the number is below any bound.
+        # A padded leading zero ("05") takes exactly min_int_digits digits (no "005").
         return ("int", 1, rel, char == "0") if (width > 1 or rel != "gt") else None
     if kind == "start" and char == "-":
         return ("neg",)

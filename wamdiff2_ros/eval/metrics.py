@@ -30,6 +30,9 @@ COMFORT_LIMITS = {
     "yaw_accel_max_radps2": 1.93,
 }
 PDM_WEIGHTS = {"time_to_collision": 5.0, "comfort": 2.0, "ego_progress": 5.0}
+# A speed change between consecutive 0.5 s steps no car makes (16 m/s^2): a plan that has one wrote a value
+# wrong (a block-diffusion student laying out "1.08" for "10.05"), it did not plan hard braking.
+JUMP_MPS = 8.0
 # Infraction penalties multiply the route completion (CARLA leaderboard / Bench2Drive values).
 INFRACTION_PENALTIES = {"collision_vehicle": 0.60, "off_road": 0.65}
 
@@ -274,6 +277,14 @@ def comfort_terms(waypoints_ego: np.ndarray, velocity_ego_mps: np.ndarray) -> di
         "yaw_rate_max_radps": float(np.abs(yaw_rate).max()),
         "yaw_accel_max_radps2": float(np.abs(yaw_accel).max()),
     }
+
+
+def speed_jump(waypoints_ego: np.ndarray, max_change_mps: float = JUMP_MPS) -> bool:
+    """True when the speed of consecutive 0.5 s steps (the first from the origin) changes by more than
+    ``max_change_mps``."""
+    steps = np.diff(np.concatenate([np.zeros((1, 2)), waypoints_ego]), axis=0)
+    speeds = np.linalg.norm(steps, axis=1) / WAYPOINT_DT_S
+    return bool(np.any(np.abs(np.diff(speeds)) > max_change_mps))
 
 
 def comfort(waypoints_ego: np.ndarray, velocity_ego_mps: np.ndarray) -> float:

@@ -71,8 +71,9 @@ def score_planner(truth: dict[str, GroundTruth], predictions: dict[str, np.ndarr
 
     Returns:
         ``samples``, ``missing`` (samples without a prediction), L2 per waypoint / ADE / FDE,
-        ``collision_rate`` (share of samples whose plan overlaps an agent's true future) and the mean of each
-        PDM sub-score.
+        ``collision_rate`` (share of samples whose plan overlaps an agent's true future), ``jump_rate``
+        (share of plans with an impossible speed change, ``metrics.speed_jump``) and the mean of each PDM
+        sub-score.
 
     Raises:
         InputError: no sample has a prediction.
@@ -91,6 +92,7 @@ def score_planner(truth: dict[str, GroundTruth], predictions: dict[str, np.ndarr
     report["collision_rate"] = float(
         np.mean([metrics.collides(p, c.agents) for p, c in zip(pred, contexts, strict=True)])
     )
+    report["jump_rate"] = float(np.mean([metrics.speed_jump(p) for p in pred]))
     subscores = [metrics.pdm_subscores(p, c) for p, c in zip(pred, contexts, strict=True)]
     for name in subscores[0]:
         report[name] = float(np.mean([s[name] for s in subscores]))
