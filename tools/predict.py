@@ -25,7 +25,9 @@ from wamdiff2_ros.model.image import MIN_PIXELS
 from wamdiff2_ros.model.prompt import min_int_digits_of
 from wamdiff2_ros.training.data import load_records, tokenize_record
 
-MAX_NEW_TOKENS = {"planning": 96, "detection": 160, "qa": 16}
+# Planning takes the decoders' default budget (128): a padded plan of a fast car ("101.72" at 4 s) is
+# longer than the 96 tokens of one below 100 m, and a tighter budget makes the grammar cut it to "10.17".
+MAX_NEW_TOKENS = {"planning": DecodeConfig().max_new_tokens, "detection": 160, "qa": 16}
 
 
 def _with_answer(item: dict, answer: str) -> dict:

@@ -186,6 +186,15 @@ def test_padded_style_accepts_two_digit_integer_parts_and_bounds_them(padded_gra
     assert parse_waypoints(PADDED).tolist() == parse_waypoints(ANSWER).tolist()
 
 
+def test_default_budget_holds_a_padded_plan_past_100_m(padded_grammar, tokenizer):
+    # A car at 26 m/s passes 100 m within 4 s: its padded plan is longer than the 96 tokens of the shortest
+    # answer, so a budget of 96 would make the grammar cut "104.44" to a 10 m waypoint.
+    fast = "12.67,00.38,25.45,01.14,38.37,02.03,51.39,02.94,64.53,03.83,77.75,04.70,91.06,05.54,104.44,06.37"
+    ids = [*_ids(tokenizer, fast), EOS_ID]
+    assert padded_grammar.advance(padded_grammar.start_state, ids) == padded_grammar.done_state
+    assert padded_grammar.min_tokens() < len(ids) <= DecodeConfig().max_new_tokens
+
+
 def test_padded_grammar_decodes_parse_and_a_mismatched_grammar_is_refused(
     tiny_model, tokenizer, planning_prompt, padded_grammar
 ):

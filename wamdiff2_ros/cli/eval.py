@@ -167,7 +167,8 @@ def _model_policy(args: argparse.Namespace):
     from wamdiff2_ros.decoding.planner import Planner
     from wamdiff2_ros.eval.model_policy import ModelPolicy
 
-    config = DecodeConfig(block_size=args.block_size, steps=args.steps, max_new_tokens=96, grammar=True)
+    # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
+    config = DecodeConfig(block_size=args.block_size, steps=args.steps, grammar=True)
     return ModelPolicy(Planner.from_settings(config, checkpoint=args.model or None))
 
 
