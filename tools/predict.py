@@ -1,9 +1,10 @@
 """Decode a checkpoint over one task file of a ``wamdiff2 sim generate`` folder, for ``wamdiff2 eval``.
 
-planning: the answer grammar on (``--no-grammar``: off), block size / steps / threshold as given; writes
-``{id: answer}`` (for ``eval open-loop --predictions``). detection and qa: unconstrained greedy decoding;
-writes the records with their answers replaced (for ``--detections`` / ``--answers``). Images are resized
-with the checkpoint's own pixel budget (its preprocessor_config.json). A summary goes next to OUT
+planning and detection: the answer grammar on (``--no-grammar``: off; detection's labels are the categories
+its prompt lists), block size / steps / threshold as given; qa: unconstrained. planning writes
+``{id: answer}`` (for ``eval open-loop --predictions``); detection and qa write the records with their answers
+replaced (for ``--detections`` / ``--answers``). Grammars are built over the ids the model can emit. Images
+are resized with the checkpoint's own pixel budget (its preprocessor_config.json). A summary goes next to OUT
 (``OUT.summary.json``: forwards per answer, tokens per forward, seconds per answer on this machine).
 Usage: ``python tools/predict.py CHECKPOINT DATA_DIR OUT --task planning --block-size 32 [--samples N]``.
 """
@@ -19,10 +20,12 @@ from pathlib import Path
 import torch
 
 from wamdiff2_ros.decoding.config import COMMIT_RULES, DecodeConfig
-from wamdiff2_ros.decoding.engine import decode, planning_grammar
+from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
+from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
 from wamdiff2_ros.model.image import MIN_PIXELS
 from wamdiff2_ros.model.prompt import min_int_digits_of
+from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import load_records, tokenize_record
 
 # Planning takes the decoders' default budget (128): a padded plan of a fast car ("101.72" at 4 s) is
@@ -46,7 +49,9 @@ def main() -> None:
     parser.add_argument("--rule", choices=COMMIT_RULES, default="low_confidence_dynamic", help="commit rule")
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic commit rule's threshold")
     parser.add_argument("--samples", type=int, default=0, help="first N records (0 = all)")
-    parser.add_argument("--no-grammar", action="store_true", help="planning unconstrained (may not parse)")
+    parser.add_argument(
+        "--no-grammar", action="store_true", help="planning and detection unconstrained (may not parse)"
+    )
     parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
@@ -63,15 +68,26 @@ def main() -> None:
         max_new_tokens=MAX_NEW_TOKENS[args.task],
         commit_rule=args.rule,
         threshold=args.threshold,
-        grammar=planning and not args.no_grammar,
+        grammar=args.task in ("planning", "detection") and not args.no_grammar,
         min_int_digits=min_int_digits_of(model.config),  # the number style it was trained on
     )
-    grammar = planning_grammar(tokenizer, config) if config.grammar else None
+    vocab_ids = available_ids(model)  # a reduced vocabulary: the grammar counts only on tokens it can write
+    built = time.perf_counter()
+    grammar = planning_grammar(tokenizer, config, vocab_ids) if config.grammar and planning else None
+    grammar_build_s = time.perf_counter() - built
+    detection_grammars = {}  # per label set, built once
     answers: dict[str, str] = {}
     forwards, tokens, seconds = [], [], []
     with torch.inference_mode():
         for record in records:
             example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
+            if config.grammar and not planning:
+                labels = labels_in_prompt(record.user_text)
+                if labels not in detection_grammars:
+                    built = time.perf_counter()
+                    detection_grammars[labels] = detection_grammar(tokenizer, config, labels, vocab_ids)
+                    grammar_build_s += time.perf_counter() - built
+                grammar = detection_grammars[labels]
             start = time.perf_counter()
             result = decode(model, tokenizer, example.prompt, config, grammar)
             seconds.append(time.perf_counter() - start)
@@ -91,6 +107,8 @@ def main() -> None:
         "steps": config.steps,
         "rule": args.rule,
         "threshold": args.threshold,
+        "grammar": config.grammar,
+        "grammar_build_s": grammar_build_s,
         "samples": len(records),
         "forwards_per_answer": sum(forwards) / len(records),
         "tokens_per_forward": sum(tokens) / sum(forwards),

@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.grammar import PlanningGrammar
+from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.result import finish_result
 from wamdiff2_ros.decoding.sampling import make_generators
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step, step_schedule
@@ -28,7 +28,7 @@ def decode_ar(
     tokenizer: PreTrainedTokenizerBase,
     prompt: PromptTensors,
     config: DecodeConfig,
-    grammar: PlanningGrammar | None = None,
+    grammar: TokenGrammar | None = None,
     ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
 ) -> DecodeResult:
     """Decode token by token with a full forward each (``config.block_size`` must be 1).
@@ -38,7 +38,7 @@ def decode_ar(
         tokenizer: turns answer tokens into text.
         prompt: the prompt tensors.
         config: decode settings; ``decoder="ar"``, ``block_size=1``.
-        grammar: planning grammar when ``config.grammar`` is set.
+        grammar: the answer grammar (planning or detection) when ``config.grammar`` is set.
         ids: special token ids.
 
     Returns:

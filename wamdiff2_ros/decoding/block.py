@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.grammar import PlanningGrammar
+from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.result import finish_result
 from wamdiff2_ros.decoding.sampling import make_generators
@@ -32,7 +32,7 @@ def decode_block(
     tokenizer: PreTrainedTokenizerBase,
     prompt: PromptTensors,
     config: DecodeConfig,
-    grammar: PlanningGrammar | None = None,
+    grammar: TokenGrammar | None = None,
     ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
     cache: BlockCache | None = None,
 ) -> DecodeResult:
@@ -43,7 +43,7 @@ def decode_block(
         tokenizer: turns answer tokens into text.
         prompt: the prompt tensors.
         config: decode settings (block size, steps, rule, temperature, seed, budget, cache order).
-        grammar: planning grammar when ``config.grammar`` is set.
+        grammar: the answer grammar (planning or detection) when ``config.grammar`` is set.
         ids: special token ids.
         cache: a cache with ``BlockCache``'s methods to decode over (the fast path passes a
             ``static_cache.StaticBlockCache`` for this B and K); a fresh ``BlockCache`` when None.

@@ -37,7 +37,9 @@ class DecodeConfig:
         candidates: K answers decoded together in one batch.
         cache_order: ``fused`` writes block i to the cache during the first denoising step of block i+1 (one
             forward fewer per block); ``reference`` runs the reference's extra clean forward per block.
-        grammar: constrain tokens to the planning answer ``x1,y1,...,x8,y8<|im_end|>`` (2 decimals, bounded).
+        grammar: constrain tokens to an answer grammar so that the answer always parses: the planning answer
+            ``x1,y1,...,x8,y8<|im_end|>`` (2 decimals, bounded) unless the caller passes another one to
+            ``engine.decode`` (the detection answer's, ``engine.detection_grammar``: ``Planner.detect``).
         max_step_m: grammar bound: waypoint k (k = 1..8, 0.5 s apart) has |x|, |y| <= k * max_step_m.
             Default 20 m per 0.5 s step (144 km/h).
         min_int_digits: grammar's number style: 1 plain (``5.00``), 2 padded (``05.00``, what a model trained

@@ -2,30 +2,67 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.ar import decode_ar
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.grammar import PlanningGrammar
+from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, TokenGrammar
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
+from wamdiff2_ros.model.vocab import available_ids
 
 
-def planning_grammar(tokenizer: PreTrainedTokenizerBase, config: DecodeConfig) -> PlanningGrammar:
+def _fitting(grammar: TokenGrammar, config: DecodeConfig, answer: str) -> TokenGrammar:
+    if grammar.min_tokens() > config.max_new_tokens:
+        raise InputError(
+            f"max_new_tokens {config.max_new_tokens} is below the {grammar.min_tokens()} tokens of the "
+            f"shortest {answer} answer"
+        )
+    return grammar
+
+
+def planning_grammar(
+    tokenizer: PreTrainedTokenizerBase, config: DecodeConfig, vocab_ids: Iterable[int] | None = None
+) -> PlanningGrammar:
     """The planning grammar for a config, checked to fit in ``max_new_tokens``.
+
+    Args:
+        tokenizer: the Qwen tokenizer.
+        config: decode settings (bound, number style, budget).
+        vocab_ids: the ids the model can emit (``model.vocab.available_ids``); None: the whole vocabulary.
 
     Raises:
         InputError: the shortest valid answer is longer than ``config.max_new_tokens``.
     """
-    grammar = PlanningGrammar(tokenizer, SpecialIds().eos, config.max_step_m, config.min_int_digits)
-    if grammar.min_tokens() > config.max_new_tokens:
-        raise InputError(
-            f"max_new_tokens {config.max_new_tokens} is below the {grammar.min_tokens()} tokens of the "
-            "shortest planning answer"
-        )
-    return grammar
+    eos = SpecialIds().eos
+    grammar = PlanningGrammar(tokenizer, eos, config.max_step_m, config.min_int_digits, vocab_ids=vocab_ids)
+    return _fitting(grammar, config, "planning")
+
+
+def detection_grammar(
+    tokenizer: PreTrainedTokenizerBase,
+    config: DecodeConfig,
+    labels: Sequence[str],
+    vocab_ids: Iterable[int] | None = None,
+) -> DetectionGrammar:
+    """The grounding-answer grammar for the prompt's labels, checked to fit in ``max_new_tokens``.
+
+    Args:
+        tokenizer: the Qwen tokenizer.
+        config: decode settings (budget).
+        labels: the categories the prompt asks for (``grammar.labels_in_prompt``).
+        vocab_ids: the ids the model can emit (``model.vocab.available_ids``); a reduced-vocabulary model
+            needs them, or the budget pass may count on tokens it can never emit. None: the whole vocabulary.
+
+    Raises:
+        InputError: no labels, or ``config.max_new_tokens`` below the shortest answer (``[]<|im_end|>``).
+    """
+    grammar = DetectionGrammar(tokenizer, SpecialIds().eos, labels, vocab_ids=vocab_ids)
+    return _fitting(grammar, config, "detection")
 
 
 def decode(
@@ -33,7 +70,7 @@ def decode(
     tokenizer: PreTrainedTokenizerBase,
     prompt: PromptTensors,
     config: DecodeConfig,
-    grammar: PlanningGrammar | None = None,
+    grammar: TokenGrammar | None = None,
 ) -> DecodeResult:
     """Decode ``config.candidates`` answers to one prompt.
 
@@ -42,27 +79,33 @@ def decode(
         tokenizer: the Qwen tokenizer.
         prompt: prompt tensors (``model/prompt.py``).
         config: decode settings.
-        grammar: a prebuilt planning grammar to reuse across calls (built here when ``config.grammar`` is set
-            and none is given; ignored when ``config.grammar`` is off).
+        grammar: a prebuilt answer grammar to reuse across calls: planning (``planning_grammar``) or detection
+            (``detection_grammar``). When ``config.grammar`` is set and none is given, the planning grammar is
+            built here over the ids the model can emit; ignored when ``config.grammar`` is off.
 
     Returns:
         The answers and their costs.
 
     Raises:
-        InputError: the grammar cannot fit in ``max_new_tokens``, or the grammar's bound or number style
-            differs from ``config.max_step_m`` / ``config.min_int_digits``.
+        InputError: the grammar cannot fit in ``max_new_tokens``, or a planning grammar's bound or number
+            style differs from ``config.max_step_m`` / ``config.min_int_digits``.
     """
     if not config.grammar:
         grammar = None
     elif grammar is None:
-        grammar = planning_grammar(tokenizer, config)
-    elif (grammar.max_step_m, grammar.min_int_digits) != (config.max_step_m, config.min_int_digits):
+        grammar = planning_grammar(tokenizer, config, available_ids(model))
+    elif isinstance(grammar, PlanningGrammar) and (grammar.max_step_m, grammar.min_int_digits) != (
+        config.max_step_m,
+        config.min_int_digits,
+    ):
         raise InputError(
             f"grammar (bound {grammar.max_step_m} m, {grammar.min_int_digits} integer digits) differs from "
             f"the config's ({config.max_step_m} m, {config.min_int_digits})"
         )
     elif grammar.min_tokens() > config.max_new_tokens:
-        raise InputError(f"max_new_tokens {config.max_new_tokens} is below the shortest planning answer")
+        raise InputError(
+            f"max_new_tokens {config.max_new_tokens} is below the shortest answer of the grammar"
+        )
     if config.backend != "eager":
         from wamdiff2_ros.decoding.fast import FastDecoder  # the fast path is opt-in and imported only then
 

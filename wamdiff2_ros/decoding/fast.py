@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
-from wamdiff2_ros.decoding.grammar import PlanningGrammar
+from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
@@ -70,7 +70,7 @@ class FastDecoder:
         self,
         tokenizer: PreTrainedTokenizerBase,
         prompt: PromptTensors,
-        grammar: PlanningGrammar | None = None,
+        grammar: TokenGrammar | None = None,
     ) -> DecodeResult:
         """Decode one prompt (see ``engine.decode`` for the arguments and result).
 

@@ -7,6 +7,7 @@ the parser's reason instead of waypoints, and the caller decides what to do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import numpy as np
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.engine import decode, planning_grammar
+from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
+from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, labels_in_prompt
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
@@ -28,6 +30,7 @@ from wamdiff2_ros.model.prompt import (
     min_int_digits_of,
 )
 from wamdiff2_ros.model.tokenizer import load_tokenizer
+from wamdiff2_ros.model.vocab import available_ids
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Planner:
             with), else the reference's 2,073,600.
 
     The grammar's number style is the model's (``min_int_digits`` of its config), whatever ``config`` says.
+    ``config.grammar`` constrains both answers, plans and detections; grammars are built over the ids the
+    model can emit (a reduced vocabulary writes no others).
     """
 
     def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int | None = None) -> None:
@@ -96,8 +101,10 @@ class Planner:
         self.config = replace(config, min_int_digits=min_int_digits_of(loaded.model.config))
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
-        # The grammar's token automaton is built once per tokenizer and bound (about a second on a CPU).
-        self._grammar = planning_grammar(loaded.tokenizer, self.config) if self.config.grammar else None
+        self._vocab_ids = available_ids(loaded.model)
+        # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
+        self._grammar = self._planning_grammar(self.config) if self.config.grammar else None
+        self._detection_grammars: dict[tuple[str, ...], DetectionGrammar] = {}
 
     @classmethod
     def from_settings(
@@ -133,15 +140,31 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
+        planner._vocab_ids, planner._detection_grammars = self._vocab_ids, self._detection_grammars
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         same_grammar = planner.config.grammar and planner.config.max_step_m == self.config.max_step_m
         if same_grammar and self._grammar is not None:
             planner._grammar = self._grammar
         else:
-            planner._grammar = (
-                planning_grammar(self.loaded.tokenizer, planner.config) if planner.config.grammar else None
-            )
+            planner._grammar = planner._planning_grammar(planner.config) if planner.config.grammar else None
         return planner
+
+    def _planning_grammar(self, config: DecodeConfig) -> PlanningGrammar:
+        return planning_grammar(self.loaded.tokenizer, config, self._vocab_ids)
+
+    def detection_grammar(self, labels: Sequence[str], max_new_tokens: int = 256) -> DetectionGrammar:
+        """The detection grammar for ``labels`` (built on first use, then kept).
+
+        Raises:
+            InputError: no labels, or ``max_new_tokens`` below the shortest answer.
+        """
+        key = tuple(labels)
+        if key not in self._detection_grammars:
+            config = replace(self.config, max_new_tokens=max_new_tokens)
+            self._detection_grammars[key] = detection_grammar(
+                self.loaded.tokenizer, config, key, self._vocab_ids
+            )
+        return self._detection_grammars[key]
 
     @torch.inference_mode()
     def plan(self, inputs: DrivingInputs) -> PlanOutput:
@@ -162,23 +185,41 @@ class Planner:
         return PlanOutput(tuple(self._parse(c.text, c.seed) for c in result.candidates), result, self.config)
 
     @torch.inference_mode()
-    def detect(self, image_rgb: np.ndarray, user_text: str, max_new_tokens: int = 256) -> DetectionOutput:
-        """Run a grounding prompt on one frame (greedy, no grammar) and return boxes in source pixels.
+    def detect(
+        self,
+        image_rgb: np.ndarray,
+        user_text: str,
+        max_new_tokens: int = 256,
+        *,
+        grammar: bool | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> DetectionOutput:
+        """Run a grounding prompt on one frame (greedy) and return boxes in source pixels.
+
+        With the grammar the answer is always well-formed grounding JSON naming only the prompt's categories,
+        closed within the budget; only boxes written with x1 > x2 or y1 > y2 can still be rejected.
 
         Args:
             image_rgb: (H, W, 3) uint8 frame.
             user_text: the perception prompt with ``<image>`` (the training data's, e.g.
                 ``sim.export.detection_user_text()``).
             max_new_tokens: answer budget (a box costs about 25 tokens).
+            grammar: constrain the answer by the detection grammar; None: as ``config.grammar`` says.
+            labels: the labels an answer may name; None: the categories the prompt lists.
 
         Raises:
-            InputError: unusable image or a prompt without the image placeholder.
+            InputError: unusable image, a prompt without the image placeholder, or (with the grammar) no
+                labels given or listed in the prompt, or a budget below the shortest answer.
         """
         prompt = build_prompt(self.loaded.tokenizer, user_text, image_rgb, max_pixels=self.max_pixels)
+        constrained = self.config.grammar if grammar is None else grammar
         config = replace(
-            self.config, grammar=False, candidates=1, temperature=0.0, max_new_tokens=max_new_tokens
+            self.config, grammar=constrained, candidates=1, temperature=0.0, max_new_tokens=max_new_tokens
         )
-        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config)
+        answer_grammar = None
+        if constrained:
+            answer_grammar = self.detection_grammar(labels or labels_in_prompt(user_text), max_new_tokens)
+        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config, answer_grammar)
         height, width = image_rgb.shape[:2]
         detections, problems = salvage_detections(result.text)
         boxes = boxes_to_source_px(detections, (width, height))

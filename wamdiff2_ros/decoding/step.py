@@ -12,7 +12,7 @@ import torch
 
 from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.grammar import PlanningGrammar
+from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.sampling import sample_tokens
 
 
@@ -37,7 +37,7 @@ def constrain(
     tokens: torch.Tensor,
     masked: torch.Tensor,
     config: DecodeConfig,
-    grammar: PlanningGrammar | None,
+    grammar: TokenGrammar | None,
     budget: BlockBudget,
     mask_id: int,
 ) -> torch.Tensor:
@@ -49,7 +49,7 @@ def constrain(
         tokens: (K, B) current block tokens (committed ones are read by the grammar).
         masked: (K, B) bool, positions still to fill.
         config: decode settings (mask suppression).
-        grammar: the planning grammar, or None.
+        grammar: the answer grammar (planning or detection), or None.
         budget: grammar states and token budget of this block.
         mask_id: the mask token id.
 
@@ -81,7 +81,7 @@ def _repair(
     masked: torch.Tensor,
     score: torch.Tensor,
     config: DecodeConfig,
-    grammar: PlanningGrammar,
+    grammar: TokenGrammar,
     state: int,
     budget: BlockBudget,
 ) -> torch.Tensor:
@@ -111,7 +111,7 @@ def denoise_step(
     masked: torch.Tensor,
     step: int,
     config: DecodeConfig,
-    grammar: PlanningGrammar | None,
+    grammar: TokenGrammar | None,
     budget: BlockBudget,
     generators: list[torch.Generator] | None,
     schedule: list[int] | None,
@@ -124,7 +124,7 @@ def denoise_step(
         masked: (K, B) bool.
         step: index of this step within the block (for the static schedule).
         config: decode settings.
-        grammar: planning grammar or None.
+        grammar: the answer grammar or None.
         budget: grammar states and budget.
         generators: per-row generators for temperature sampling.
         schedule: commit counts per step (static, sequential) or None (dynamic).
@@ -155,7 +155,7 @@ def fill_leftovers(
     x0: torch.Tensor,
     tokens: torch.Tensor,
     masked: torch.Tensor,
-    grammar: PlanningGrammar | None,
+    grammar: TokenGrammar | None,
     budget: BlockBudget,
 ) -> torch.Tensor:
     """Fill positions still masked at the step cap with the last step's x0 (reference :2500-2505).
@@ -168,7 +168,7 @@ def fill_leftovers(
         x0: (K, B) last step's candidates.
         tokens: (K, B) block tokens.
         masked: (K, B) bool positions left.
-        grammar: planning grammar or None.
+        grammar: the answer grammar or None.
         budget: grammar states and budget.
 
     Returns:

@@ -134,3 +134,12 @@ def ids_for(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> list[in
     for text in texts:
         ids.update(tokenizer(text, add_special_tokens=False)["input_ids"])
     return sorted(i for i in ids if i < FULL_VOCAB)
+
+
+def available_ids(model: Qwen3VLForConditionalGeneration) -> list[int] | None:
+    """The ids a model can emit: its kept ids (ascending) with a reduced vocabulary, None with the full one.
+
+    A grammar built over them (``decoding.grammar``) counts only on tokens the model can write.
+    """
+    embedding = kept_embedding(model)
+    return None if embedding is None else embedding.kept.tolist()

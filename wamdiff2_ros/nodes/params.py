@@ -88,7 +88,10 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("decoder.threshold", 0.9, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0),
     Param("decoder.max_new_tokens", 128, "Answer tokens at most.", 8, 1024),
     Param(
-        "decoder.grammar", True, "Constrain the planning answer so it always parses into 8 bounded waypoints."
+        "decoder.grammar",
+        True,
+        "Constrain the answers so they always parse: plans into 8 bounded waypoints, detections into "
+        "grounding JSON with the prompt's labels.",
     ),
     Param("decoder.max_step_m", 20.0, "Grammar bound on each coordinate per 0.5 s step, metres.", 1.0, 100.0),
     Param("candidates.count", 4, "Candidate trajectories decoded together for the scorer (1 = none).", 1, 16),

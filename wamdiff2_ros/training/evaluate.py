@@ -1,8 +1,10 @@
 """Per-task evaluation of a checkpoint after a training phase: planning L2, detection mAP, QA exact match.
 
 Decoding is the decoders' (``decoding.engine.decode``) with the reference defaults at the phase's block size
-(dynamic rule, threshold 0.9, at most B steps per block) plus, for planning, the answer grammar so that every
-answer parses; forwards per answer are reported so the speed/quality trade-off of a block size is visible.
+(dynamic rule, threshold 0.9, at most B steps per block) plus, for planning and detection, the answer grammar
+so that every answer parses (detection's labels: the categories its prompt lists; a prompt that lists none is
+decoded unconstrained); forwards per answer are reported so the speed/quality trade-off of a block size is
+visible.
 Metrics are ``eval``'s; this module only runs the model over records.
 """
 
@@ -14,13 +16,15 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.engine import decode, planning_grammar
-from wamdiff2_ros.errors import ParseError
+from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
+from wamdiff2_ros.decoding.grammar import TokenGrammar, labels_in_prompt
+from wamdiff2_ros.errors import InputError, ParseError
 from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
 from wamdiff2_ros.eval.qa import exact_match
 from wamdiff2_ros.model.parse import parse_detections, parse_qa, parse_waypoints
 from wamdiff2_ros.model.prompt import min_int_digits_of
+from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
 
@@ -38,6 +42,18 @@ def _qa_text(text: str) -> str:
         return parse_qa(text)
     except ParseError:
         return ""  # an empty answer scores as a miss
+
+
+def _grammar_key(record: Record) -> str | tuple[str, ...] | None:
+    """``planning``, a detection prompt's labels, or None: unconstrained (QA, a prompt naming no labels)."""
+    if record.task == "planning":
+        return "planning"
+    if record.task == "detection":
+        try:
+            return labels_in_prompt(record.user_text)
+        except InputError:
+            return None
+    return None
 
 
 def evaluate_records(
@@ -74,12 +90,21 @@ def evaluate_records(
         threshold=0.9,
         min_int_digits=min_int_digits_of(model.config),
     )
-    grammar = planning_grammar(tokenizer, replace(base, grammar=True))  # built once, reused per record
+    constrained = replace(base, grammar=True)
+    vocab_ids = available_ids(model)
+    grammars: dict[object, TokenGrammar] = {}  # built once per task and label set, reused per record
     outputs: dict[str, list[tuple[Record, str, int, int]]] = {}
     for record in records:
         example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
-        config = replace(base, grammar=record.task == "planning")
-        result = decode(model, tokenizer, example.prompt, config, grammar if config.grammar else None)
+        key = _grammar_key(record)
+        if key is not None and key not in grammars:
+            grammars[key] = (
+                planning_grammar(tokenizer, constrained, vocab_ids)
+                if key == "planning"
+                else detection_grammar(tokenizer, constrained, key, vocab_ids)
+            )
+        config = replace(base, grammar=key is not None)
+        result = decode(model, tokenizer, example.prompt, config, grammars.get(key))
         answer_tokens = len(result.token_ids) + int(result.candidates[0].stopped)
         outputs.setdefault(record.task, []).append((record, result.text, result.forwards, answer_tokens))
     return {task: _score(task, rows) for task, rows in outputs.items()}
