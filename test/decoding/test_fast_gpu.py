@@ -9,19 +9,24 @@ tolerance; in fp32 it must give the eager tokens.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.engine import decode, detection_grammar
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.presets import preset_config
+from wamdiff2_ros.model.prompt import build_prompt
 from wamdiff2_ros.model.tokenizer import MASK_ID
-from wamdiff2_ros.model.vocab import reduce_vocabulary
+from wamdiff2_ros.model.vocab import available_ids, reduce_vocabulary
+from wamdiff2_ros.sim.export import detection_user_text
 
 pytestmark = [
     pytest.mark.gpu,
@@ -91,6 +96,26 @@ def test_forward_graphs_match_eager_with_grammar_sampling_and_ar(
         cuda_model, tokenizer, planning_prompt, grammar, backend="sdpa", cuda_graphs=True, **settings
     )
     assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in eager.candidates]
+
+
+@pytest.mark.parametrize("reduced", [False, True], ids=["full-vocabulary", "reduced-vocabulary"])
+def test_graphed_detection_with_its_grammar_matches_eager(
+    cuda_model, reduced_cuda_model, tokenizer, front_image, reduced
+):
+    # The bundled model's detection settings (B = 32, S = 8, dynamic rule) on both heads.
+    model = reduced_cuda_model if reduced else cuda_model
+    prompt = build_prompt(tokenizer, detection_user_text(), front_image)
+    grammar = detection_grammar(
+        tokenizer,
+        DecodeConfig(max_new_tokens=160),
+        labels_in_prompt(detection_user_text()),
+        available_ids(model),
+    )
+    settings = {"block_size": 32, "steps": 8, "grammar": True, "max_new_tokens": 160}
+    eager = _decode(model, tokenizer, prompt, grammar, **settings)
+    graphed = _decode(model, tokenizer, prompt, grammar, backend="sdpa", cuda_graphs=True, **settings)
+    assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in eager.candidates]
+    assert isinstance(json.loads(eager.text.split("<|im_end|>")[0]), list)  # well-formed grounding JSON
 
 
 def test_flashinfer_logits_match_sdpa_within_bf16_tolerance(bf16_model, planning_prompt):
