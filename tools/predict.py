@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from wamdiff2_ros.decoding.config import COMMIT_RULES, DecodeConfig
-from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
-from wamdiff2_ros.decoding.grammar import labels_in_prompt
+from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
 from wamdiff2_ros.model.image import MIN_PIXELS
 from wamdiff2_ros.model.prompt import min_int_digits_of
@@ -71,23 +70,17 @@ def main() -> None:
         grammar=args.task in ("planning", "detection") and not args.no_grammar,
         min_int_digits=min_int_digits_of(model.config),  # the number style it was trained on
     )
-    vocab_ids = available_ids(model)  # a reduced vocabulary: the grammar counts only on tokens it can write
-    built = time.perf_counter()
-    grammar = planning_grammar(tokenizer, config, vocab_ids) if config.grammar and planning else None
-    grammar_build_s = time.perf_counter() - built
-    detection_grammars = {}  # per label set, built once
+    # Over the ids the model can emit: with a reduced vocabulary a grammar counts only on tokens it writes.
+    grammars = AnswerGrammars(tokenizer, config, available_ids(model)) if config.grammar else None
+    grammar_build_s = 0.0
     answers: dict[str, str] = {}
     forwards, tokens, seconds = [], [], []
     with torch.inference_mode():
         for record in records:
             example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
-            if config.grammar and not planning:
-                labels = labels_in_prompt(record.user_text)
-                if labels not in detection_grammars:
-                    built = time.perf_counter()
-                    detection_grammars[labels] = detection_grammar(tokenizer, config, labels, vocab_ids)
-                    grammar_build_s += time.perf_counter() - built
-                grammar = detection_grammars[labels]
+            built = time.perf_counter()  # a grammar is built on first use, then looked up
+            grammar = grammars.for_task(args.task, record.user_text) if grammars else None
+            grammar_build_s += time.perf_counter() - built
             start = time.perf_counter()
             result = decode(model, tokenizer, example.prompt, config, grammar)
             seconds.append(time.perf_counter() - start)

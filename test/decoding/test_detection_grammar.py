@@ -388,7 +388,7 @@ def test_planner_detects_with_the_grammar_by_default_and_without_it_on_request(
     output = planner.detect(front_image, detection_user_text(), max_new_tokens=64)
     _assert_well_formed(output.text)
     assert output.decode.candidates[0].stopped
-    assert set(planner._detection_grammars) == {("car",)}
+    assert set(planner._grammars._detection) == {("car",)}
     two = planner.detect(front_image, detection_user_text(("car", "truck")), max_new_tokens=64)
     _assert_well_formed(two.text, ("car", "truck"))
     free = planner.detect(front_image, detection_user_text(), max_new_tokens=16, grammar=False)

@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 from wamdiff2_ros.decoding.ar import decode_ar
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, TokenGrammar
+from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, TokenGrammar, labels_in_prompt
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
@@ -63,6 +63,48 @@ def detection_grammar(
     """
     grammar = DetectionGrammar(tokenizer, SpecialIds().eos, labels, vocab_ids=vocab_ids)
     return _fitting(grammar, config, "detection")
+
+
+class AnswerGrammars:
+    """One model's answer grammars for a decode config, each built on first use and then kept (about 0.2 s a
+    build on a CPU): the planning grammar, and a detection grammar per label set.
+
+    Args:
+        tokenizer: the Qwen tokenizer.
+        config: decode settings (bound, number style, budget).
+        vocab_ids: the ids the model can emit (``model.vocab.available_ids``); None: the whole vocabulary.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, config: DecodeConfig, vocab_ids: Iterable[int] | None = None
+    ) -> None:
+        self.tokenizer, self.config = tokenizer, config
+        self.vocab_ids = None if vocab_ids is None else list(vocab_ids)
+        self._planning: PlanningGrammar | None = None
+        self._detection: dict[tuple[str, ...], DetectionGrammar] = {}
+
+    def planning(self) -> PlanningGrammar:
+        if self._planning is None:
+            self._planning = planning_grammar(self.tokenizer, self.config, self.vocab_ids)
+        return self._planning
+
+    def detection(self, labels: Sequence[str]) -> DetectionGrammar:
+        key = tuple(labels)
+        if key not in self._detection:
+            self._detection[key] = detection_grammar(self.tokenizer, self.config, key, self.vocab_ids)
+        return self._detection[key]
+
+    def for_task(self, task: str, user_text: str) -> TokenGrammar | None:
+        """The grammar of a task's answer: planning's; for detection, the one of the labels its prompt lists
+        (None when it lists none); None for any other task (QA)."""
+        if task == "planning":
+            return self.planning()
+        if task == "detection":
+            try:
+                return self.detection(labels_in_prompt(user_text))
+            except InputError:
+                return None
+        return None
 
 
 def decode(

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
-from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, labels_in_prompt
+from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
+from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
@@ -101,10 +101,9 @@ class Planner:
         self.config = replace(config, min_int_digits=min_int_digits_of(loaded.model.config))
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
-        self._vocab_ids = available_ids(loaded.model)
         # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
-        self._grammar = self._planning_grammar(self.config) if self.config.grammar else None
-        self._detection_grammars: dict[tuple[str, ...], DetectionGrammar] = {}
+        self._grammars = AnswerGrammars(loaded.tokenizer, self.config, available_ids(loaded.model))
+        self._grammar = self._grammars.planning() if self.config.grammar else None
 
     @classmethod
     def from_settings(
@@ -140,31 +139,16 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
-        planner._vocab_ids, planner._detection_grammars = self._vocab_ids, self._detection_grammars
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
-        same_grammar = planner.config.grammar and planner.config.max_step_m == self.config.max_step_m
-        if same_grammar and self._grammar is not None:
-            planner._grammar = self._grammar
+        bound_and_budget = ("max_step_m", "max_new_tokens")  # what the grammars are built and checked for
+        if all(getattr(planner.config, k) == getattr(self.config, k) for k in bound_and_budget):
+            planner._grammars = self._grammars  # every grammar built so far still holds
         else:
-            planner._grammar = planner._planning_grammar(planner.config) if planner.config.grammar else None
-        return planner
-
-    def _planning_grammar(self, config: DecodeConfig) -> PlanningGrammar:
-        return planning_grammar(self.loaded.tokenizer, config, self._vocab_ids)
-
-    def detection_grammar(self, labels: Sequence[str], max_new_tokens: int = 256) -> DetectionGrammar:
-        """The detection grammar for ``labels`` (built on first use, then kept).
-
-        Raises:
-            InputError: no labels, or ``max_new_tokens`` below the shortest answer.
-        """
-        key = tuple(labels)
-        if key not in self._detection_grammars:
-            config = replace(self.config, max_new_tokens=max_new_tokens)
-            self._detection_grammars[key] = detection_grammar(
-                self.loaded.tokenizer, config, key, self._vocab_ids
+            planner._grammars = AnswerGrammars(
+                self.loaded.tokenizer, planner.config, self._grammars.vocab_ids
             )
-        return self._detection_grammars[key]
+        planner._grammar = planner._grammars.planning() if planner.config.grammar else None
+        return planner
 
     @torch.inference_mode()
     def plan(self, inputs: DrivingInputs) -> PlanOutput:
@@ -218,7 +202,7 @@ class Planner:
         )
         answer_grammar = None
         if constrained:
-            answer_grammar = self.detection_grammar(labels or labels_in_prompt(user_text), max_new_tokens)
+            answer_grammar = self._grammars.detection(labels or labels_in_prompt(user_text))
         result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config, answer_grammar)
         height, width = image_rgb.shape[:2]
         detections, problems = salvage_detections(result.text)

@@ -16,9 +16,8 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.engine import decode, detection_grammar, planning_grammar
-from wamdiff2_ros.decoding.grammar import TokenGrammar, labels_in_prompt
-from wamdiff2_ros.errors import InputError, ParseError
+from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
+from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
 from wamdiff2_ros.eval.qa import exact_match
@@ -42,18 +41,6 @@ def _qa_text(text: str) -> str:
         return parse_qa(text)
     except ParseError:
         return ""  # an empty answer scores as a miss
-
-
-def _grammar_key(record: Record) -> str | tuple[str, ...] | None:
-    """``planning``, a detection prompt's labels, or None: unconstrained (QA, a prompt naming no labels)."""
-    if record.task == "planning":
-        return "planning"
-    if record.task == "detection":
-        try:
-            return labels_in_prompt(record.user_text)
-        except InputError:
-            return None
-    return None
 
 
 def evaluate_records(
@@ -90,21 +77,13 @@ def evaluate_records(
         threshold=0.9,
         min_int_digits=min_int_digits_of(model.config),
     )
-    constrained = replace(base, grammar=True)
-    vocab_ids = available_ids(model)
-    grammars: dict[object, TokenGrammar] = {}  # built once per task and label set, reused per record
+    grammars = AnswerGrammars(tokenizer, replace(base, grammar=True), available_ids(model))
     outputs: dict[str, list[tuple[Record, str, int, int]]] = {}
     for record in records:
         example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
-        key = _grammar_key(record)
-        if key is not None and key not in grammars:
-            grammars[key] = (
-                planning_grammar(tokenizer, constrained, vocab_ids)
-                if key == "planning"
-                else detection_grammar(tokenizer, constrained, key, vocab_ids)
-            )
-        config = replace(base, grammar=key is not None)
-        result = decode(model, tokenizer, example.prompt, config, grammars.get(key))
+        grammar = grammars.for_task(record.task, record.user_text)
+        config = replace(base, grammar=grammar is not None)
+        result = decode(model, tokenizer, example.prompt, config, grammar)
         answer_tokens = len(result.token_ids) + int(result.candidates[0].stopped)
         outputs.setdefault(record.task, []).append((record, result.text, result.forwards, answer_tokens))
     return {task: _score(task, rows) for task, rows in outputs.items()}
