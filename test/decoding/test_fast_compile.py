@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.device_loop import step_tail
 from wamdiff2_ros.decoding.engine import decode
 from wamdiff2_ros.decoding.fast import FastDecoder
 from wamdiff2_ros.decoding.fast_model import LeanDecoder, compiled
-from wamdiff2_ros.decoding.graphs import step_tail
+from wamdiff2_ros.decoding.sampling import RowSampling
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
-from wamdiff2_ros.decoding.step import BlockBudget
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.tokenizer import MASK_ID
@@ -70,21 +70,24 @@ def test_compiled_fast_decode_gives_the_eager_tokens(
     ("rule", "count"), [("low_confidence_dynamic", None), ("low_confidence_static", 2), ("sequential", 3)]
 )
 def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
-    # The graphed loop's LM head + sampling + commit (graphs.step_tail).
+    # The device loop's LM head + sampling + commit (device_loop.step_tail), one greedy row, one sampled.
     config = DecodeConfig(block_size=SIZE, steps=4, commit_rule=rule, threshold=0.02)
     hidden = torch.randn(ROWS, SIZE, tiny_model.config.text_config.hidden_size)
     tokens = torch.full((ROWS, SIZE), MASK_ID)
     tokens[0, :3] = 7
     masked = tokens == MASK_ID
-    budget = BlockBudget(states=None, limit=SIZE, tokens_after=0)
+    budget = (torch.zeros(ROWS, dtype=torch.int64), torch.tensor(SIZE), torch.tensor(0))
+    sampling = RowSampling.of(1.0, 3, ROWS, greedy_first=True)
+    draw = torch.tensor(2)
     with torch.no_grad():
         eager, fast = (
-            tail(tiny_model, hidden, tokens, masked, config, budget, MASK_ID, count)
+            tail(tiny_model, hidden, tokens, masked, config, None, budget, sampling, draw, MASK_ID, count)
             for tail in (step_tail, compiled(step_tail))
         )
-    for name, expected, actual in zip(("tokens", "masked", "x0", "counted"), eager, fast, strict=True):
+    names = ("tokens", "masked", "x0", "logits", "counted", "dead")
+    for name, expected, actual in zip(names, eager, fast, strict=True):
         assert torch.equal(actual, expected), name
-    assert int(eager[3]) == 1 and bool((eager[1] != masked).any())  # the step committed something
+    assert int(eager[4]) == 1 and bool((eager[1] != masked).any())  # the step committed something
 
 
 def test_a_shared_decoder_must_match_the_compile_setting(tiny_model, planning_prompt):

@@ -4,12 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as hf_smart_resize
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS, prepare_image, smart_resize
+from wamdiff2_ros.model.image import (
+    MAX_PIXELS,
+    MIN_PIXELS,
+    QWEN3_VL_MEAN,
+    QWEN3_VL_STD,
+    VisionInputs,
+    prepare_image,
+    prepare_image_tensor,
+    smart_resize,
+)
+from wamdiff2_ros.model.prompt import build_planning_prompt
+
+BUNDLED_MAX_PIXELS = 12_544  # the bundled model's image budget
+# The tensor path against the PIL path, in uint8 levels, measured over the resize cases below (seeds 0-3 for
+# the noise): max 2 (noise, 128x96 upscaled), else 1; mean up to 0.0084 on noise and 0.042 on the gradient
+# (1280x720 at 12,544). The tolerances sit a little above.
+MAX_LEVELS_APART = 3
+MEAN_LEVELS_APART = 0.06
 
 
 @pytest.mark.parametrize(
@@ -48,6 +66,72 @@ def test_prepare_image_gives_one_token_per_32_px(front_image):
     assert float(vision.pixel_values.min()) >= -1.0 and float(vision.pixel_values.max()) <= 1.0
 
 
+def _noise(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """Seeded uniform noise: the worst case for differences between resampling implementations."""
+    return np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+
+
+def _gradient(height: int, width: int) -> np.ndarray:
+    """A smooth image: ramps in red and green, a diagonal wave in blue."""
+    y, x = np.mgrid[0:height, 0:width]
+    wave = 127.5 + 127.5 * np.sin(2 * np.pi * (x / width + y / height))
+    rgb = np.stack([255 * x / max(width - 1, 1), 255 * y / max(height - 1, 1), wave], axis=-1)
+    return rgb.round().astype(np.uint8)
+
+
+def _levels(vision: VisionInputs) -> torch.Tensor:
+    """The uint8 levels behind the normalised pixel values, per patch and channel."""
+    values = vision.pixel_values.reshape(vision.pixel_values.shape[0], 3, -1)
+    mean = torch.tensor(QWEN3_VL_MEAN)[:, None]
+    std = torch.tensor(QWEN3_VL_STD)[:, None]
+    return (values * std + mean).mul(255).round().to(torch.int16)
+
+
+@pytest.mark.parametrize("make_image", [_noise, _gradient], ids=["noise", "gradient"])
+@pytest.mark.parametrize("source_hw", [(448, 800), (128, 160)], ids=["448x800", "128x160"])
+def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
+    # Already on the 32 px grid within the budget: neither path resizes, so the values must be bit-equal.
+    assert smart_resize(*source_hw) == source_hw
+    image = make_image(*source_hw)
+    expected = prepare_image(image)
+    vision = prepare_image_tensor(torch.from_numpy(image))
+    assert vision.pixel_values.dtype == torch.float32
+    assert torch.equal(vision.pixel_values, expected.pixel_values)
+    assert vision.image_grid_thw.dtype == torch.int64 and vision.image_grid_thw.device.type == "cpu"
+    assert torch.equal(vision.image_grid_thw, expected.image_grid_thw)
+    assert vision.resized_hw_px == expected.resized_hw_px == source_hw
+
+
+@pytest.mark.parametrize("make_image", [_noise, _gradient], ids=["noise", "gradient"])
+@pytest.mark.parametrize(
+    ("source_hw", "max_pixels"),
+    [
+        pytest.param((1080, 1920), BUNDLED_MAX_PIXELS, id="1920x1080-bundled-budget"),
+        pytest.param((1080, 1920), 200_704, id="1920x1080-mid-budget"),
+        pytest.param((1080, 1920), MAX_PIXELS, id="1920x1080-full-budget"),
+        pytest.param((720, 1280), BUNDLED_MAX_PIXELS, id="1280x720-bundled-budget"),
+        pytest.param((720, 1280), 200_704, id="1280x720-mid-budget"),
+        pytest.param((480, 640), MAX_PIXELS, id="640x480-kept"),
+        pytest.param((480, 640), BUNDLED_MAX_PIXELS, id="640x480-bundled-budget"),
+        # Pillow 13 resizes the height first here (it shrinks by more than twice the width), the width first
+        # below; Pillow 12 the width first in both.
+        pytest.param((333, 517), MAX_PIXELS, id="517x333-odd"),
+        pytest.param((517, 333), MAX_PIXELS, id="333x517-odd-portrait"),
+        pytest.param((96, 128), MAX_PIXELS, id="128x96-upscaled-to-min-pixels"),
+        pytest.param((60, 90), MAX_PIXELS, id="90x60-upscaled-to-min-pixels"),
+    ],
+)
+def test_tensor_path_matches_the_pil_path(make_image, source_hw, max_pixels):
+    image = make_image(*source_hw)
+    expected = prepare_image(image, max_pixels=max_pixels)
+    vision = prepare_image_tensor(torch.from_numpy(image), max_pixels=max_pixels)
+    assert torch.equal(vision.image_grid_thw, expected.image_grid_thw)
+    assert vision.resized_hw_px == expected.resized_hw_px
+    apart = (_levels(vision) - _levels(expected)).abs().float()
+    assert float(apart.max()) <= MAX_LEVELS_APART
+    assert float(apart.mean()) <= MEAN_LEVELS_APART
+
+
 @pytest.mark.parametrize(
     ("image", "message"),
     [
@@ -60,3 +144,29 @@ def test_prepare_image_gives_one_token_per_32_px(front_image):
 def test_unusable_image_is_an_input_error(image, message):
     with pytest.raises(InputError, match=message):
         prepare_image(image)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        pytest.param(torch.zeros((10, 10), dtype=torch.uint8), "RGB array", id="grayscale"),
+        pytest.param(torch.zeros((10, 10, 4), dtype=torch.uint8), "RGB array", id="rgba"),
+        pytest.param(torch.zeros((3, 10, 10), dtype=torch.uint8), "RGB array", id="channels-first"),
+        pytest.param(torch.zeros((10, 10, 3), dtype=torch.float32), "uint8", id="float"),
+        pytest.param(torch.zeros((2, 500, 3), dtype=torch.uint8), "aspect ratio", id="too-elongated"),
+        pytest.param(torch.zeros((0, 5, 3), dtype=torch.uint8), "positive size", id="empty"),
+    ],
+)
+def test_unusable_tensor_frame_is_an_input_error(frame, message):
+    with pytest.raises(InputError, match=message):
+        prepare_image_tensor(frame)
+
+
+def test_planning_prompt_from_a_tensor_frame_has_the_same_tokens(tokenizer, front_image, planning_prompt):
+    prompt = build_planning_prompt(
+        tokenizer, torch.from_numpy(front_image), "right", (4.66, -0.09), (0.17, -1.53)
+    )
+    assert torch.equal(prompt.input_ids, planning_prompt.input_ids)
+    assert torch.equal(prompt.mm_token_type_ids, planning_prompt.mm_token_type_ids)
+    assert torch.equal(prompt.image_grid_thw, planning_prompt.image_grid_thw)
+    assert prompt.pixel_values.shape == planning_prompt.pixel_values.shape

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.result import finish_result
-from wamdiff2_ros.decoding.sampling import make_generators
+from wamdiff2_ros.decoding.sampling import RowSampling
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step, step_schedule
 from wamdiff2_ros.model.forward import block_causal_hidden, head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
@@ -46,7 +46,7 @@ def decode_ar(
     """
     started = time.perf_counter()
     rows = config.candidates
-    generators = make_generators([config.seed + k for k in range(rows)]) if config.temperature > 0 else None
+    sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first)
     schedule = step_schedule(config)
     answer = torch.full((rows, config.max_new_tokens), ids.eos, dtype=torch.int64)
     finished = torch.zeros(rows, dtype=torch.bool)
@@ -63,7 +63,9 @@ def decode_ar(
         tokens = torch.where(finished[:, None], ids.eos, ids.mask)
         masked = ~finished[:, None]
         logits = constrain(logits, tokens, masked, config, grammar, budget, ids.mask)
-        tokens, _, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, generators, schedule)
+        tokens, _, _ = denoise_step(
+            logits, tokens, masked, 0, config, grammar, budget, sampling, index, schedule
+        )
         answer[:, index] = tokens[:, 0]
         if states is not None:
             states = [

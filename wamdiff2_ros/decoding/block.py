@@ -19,7 +19,7 @@ from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.result import finish_result
-from wamdiff2_ros.decoding.sampling import make_generators
+from wamdiff2_ros.decoding.sampling import RowSampling
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step, fill_leftovers, step_schedule
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
@@ -53,7 +53,6 @@ def decode_block(
     """
     started = time.perf_counter()
     rows, size = config.candidates, config.block_size
-    generators = make_generators([config.seed + k for k in range(rows)]) if config.temperature > 0 else None
     schedule = step_schedule(config)
     step_cap = len(schedule) if schedule is not None else config.steps
     num_blocks = math.ceil(config.max_new_tokens / size)
@@ -62,6 +61,8 @@ def decode_block(
     cache.prefill(prompt)
     prefill_s = time.perf_counter() - started
     device = model.device  # block state lives beside the logits (CPU in the tests, the GPU otherwise)
+    sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first, device)
+    draws = 0  # denoising steps taken: the sampler's draw number
     answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     states = [grammar.start_state] * rows if grammar is not None else None
@@ -87,9 +88,10 @@ def decode_block(
             logits = head_logits(model, hidden, columns)  # (K, B, C)
             logits = constrain(logits, tokens, masked, config, grammar, budget, ids.mask)
             tokens, masked, x0 = denoise_step(
-                logits, tokens, masked, steps, config, grammar, budget, generators, schedule
+                logits, tokens, masked, steps, config, grammar, budget, sampling, draws, schedule
             )
             steps += 1
+            draws += 1
         if bool(masked.any()):
             tokens = fill_leftovers(logits, x0, tokens, masked, grammar, budget)
         steps_per_block.append(steps)

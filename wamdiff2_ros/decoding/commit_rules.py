@@ -55,6 +55,17 @@ def sequential(masked: torch.Tensor, count: int) -> torch.Tensor:
     return _top_k_masked(position_score.expand(masked.shape), masked, count)
 
 
+def select(
+    rule: str, confidence: torch.Tensor, masked: torch.Tensor, threshold: float, count: int | None
+) -> torch.Tensor:
+    """(K, B) positions ``rule`` commits this step (``count``: the schedule's, unused by the dynamic rule)."""
+    if rule == "low_confidence_dynamic":
+        return low_confidence_dynamic(confidence, masked, threshold)
+    if rule == "low_confidence_static":
+        return low_confidence_static(confidence, masked, count)
+    return sequential(masked, count)
+
+
 def priority(confidence: torch.Tensor, rule: str) -> torch.Tensor:
     """(K, B) score whose descending order is the rule's preference among positions (for grammar repair)."""
     if rule == "sequential":

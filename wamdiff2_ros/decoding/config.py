@@ -32,6 +32,8 @@ class DecodeConfig:
         threshold: confidence threshold of the dynamic rule. Default 0.9.
         temperature: 0 = greedy argmax; > 0 = sampling from softmax(logits / T).
         seed: seed of candidate 0; candidate k uses ``seed + k``.
+        greedy_first: candidate 0 takes the argmax whatever ``temperature`` says (the node's setting: one
+            greedy plan and K - 1 sampled alternatives for the scorer).
         max_new_tokens: answer tokens at most (the reference's gpu.py default is 128). Blocks are
             decoded whole and the answer is cut here.
         candidates: K answers decoded together in one batch.
@@ -61,6 +63,7 @@ class DecodeConfig:
     threshold: float = 0.9
     temperature: float = 0.0
     seed: int = 0
+    greedy_first: bool = False
     max_new_tokens: int = 128
     candidates: int = 1
     cache_order: str = "fused"

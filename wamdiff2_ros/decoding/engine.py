@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
@@ -14,6 +15,9 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
 from wamdiff2_ros.model.vocab import available_ids
+
+if TYPE_CHECKING:
+    from wamdiff2_ros.decoding.fast import FastEngine
 
 
 def _fitting(grammar: TokenGrammar, config: DecodeConfig, answer: str) -> TokenGrammar:
@@ -113,6 +117,7 @@ def decode(
     prompt: PromptTensors,
     config: DecodeConfig,
     grammar: TokenGrammar | None = None,
+    fast: FastEngine | None = None,
 ) -> DecodeResult:
     """Decode ``config.candidates`` answers to one prompt.
 
@@ -124,6 +129,8 @@ def decode(
         grammar: a prebuilt answer grammar to reuse across calls: planning (``planning_grammar``) or detection
             (``detection_grammar``). When ``config.grammar`` is set and none is given, the planning grammar is
             built here over the ids the model can emit; ignored when ``config.grammar`` is off.
+        fast: the model's long-lived fast decoders (``fast.FastEngine``) for the fast backends; None: a new
+            one for this call (setup, allocation and graph capture included in it).
 
     Returns:
         The answers and their costs.
@@ -149,8 +156,12 @@ def decode(
             f"max_new_tokens {config.max_new_tokens} is below the shortest answer of the grammar"
         )
     if config.backend != "eager":
-        from wamdiff2_ros.decoding.fast import FastDecoder  # the fast path is opt-in and imported only then
+        if fast is None:
+            from wamdiff2_ros.decoding.fast import (
+                FastEngine,
+            )  # the fast path is opt-in and imported only then
 
-        return FastDecoder(model, config, prompt.length).decode(tokenizer, prompt, grammar)
+            fast = FastEngine(model)
+        return fast.decode(tokenizer, prompt, config, grammar)
     run = decode_ar if config.decoder == "ar" else decode_block
     return run(model, tokenizer, prompt, config, grammar)

@@ -1,22 +1,29 @@
-"""The fast path's entry point: a decoder that keeps its static cache (and CUDA graphs) across prompts.
+"""The fast path's owners: ``FastDecoder`` (one config over one static cache) and ``FastEngine`` (all of a
+model's fast decoders, built once and kept: what the ``Planner`` holds across frames).
 
-Chooses the loop: the fully graphed one (graphs.decode_graphed) when CUDA graphs are on and decoding is greedy
-without grammar; otherwise the block decoder (block.py) over the static cache, whose forwards may still be
-graph replays. Either way the answers are the eager decoder's (test/decoding/test_fast_*.py).
+A ``FastDecoder`` runs the device loop (device_loop.py: grammar, sampling and commit on the device, whole
+steps replayed from CUDA graphs) when CUDA graphs are on, else the host block loop (block.py) over the static
+cache. Either way the answers are the eager decoder's (test/decoding/test_fast_*.py, test_device_loop.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.device_loop import DeviceSteps, decode_on_device
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
-from wamdiff2_ros.model.tokenizer import SpecialIds
+
+# Prompt slots a new cache keeps beyond the prompt that made it: a camera's prompts differ by a few tokens
+# frame to frame (the ego-state numbers), and must all fit the one cache (and graphs) built for the first.
+PROMPT_HEADROOM = 64
 
 
 class FastDecoder:
@@ -28,6 +35,8 @@ class FastDecoder:
         max_prompt_len: longest prompt to accept (the cache is sized for it once).
         decoder: a lean decoder to share between several ``FastDecoder`` (its fused weights are copies),
             compiled or not as ``config.compile`` says.
+        device_loop: run the device loop even without CUDA graphs (its twin tests on the CPU); None: when
+            ``config.cuda_graphs``.
 
     Raises:
         InputError: the config asks for the eager backend, or ``decoder`` is compiled when the config is not
@@ -40,15 +49,20 @@ class FastDecoder:
         config: DecodeConfig,
         max_prompt_len: int,
         decoder: LeanDecoder | None = None,
+        device_loop: bool | None = None,
     ) -> None:
         if config.backend == "eager":
             raise InputError("FastDecoder needs backend sdpa or flashinfer")
+        if config.cuda_graphs and model.device.type != "cuda":
+            raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
         if decoder is not None and decoder.compile != config.compile:
             raise InputError(
                 f"the shared lean decoder has compile={decoder.compile}, the config {config.compile}"
             )
         self.model = model
         self.config = config
+        self.max_prompt_len = max_prompt_len
+        self.device_loop = config.cuda_graphs if device_loop is None else device_loop
         self.cache = StaticBlockCache(
             model,
             config.block_size,
@@ -56,32 +70,83 @@ class FastDecoder:
             max_prompt_len,
             config.max_new_tokens,
             backend=config.backend,
-            cuda_graphs=config.cuda_graphs,
+            # The device loop captures whole steps; the host loop replays a graph per forward.
+            cuda_graphs=config.cuda_graphs and not self.device_loop,
             decoder=decoder or LeanDecoder(model, compile=config.compile),
         )
-        self.step_graphs = None
+        self._steps: dict[int, tuple[TokenGrammar | None, DeviceSteps]] = {}  # by id of the grammar
 
     @property
-    def graphed_loop(self) -> bool:
-        """Whether whole denoising steps are replayed (greedy, no grammar, CUDA graphs on)."""
-        return self.config.cuda_graphs and self.config.temperature == 0.0 and not self.config.grammar
+    def captures(self) -> int:
+        """CUDA graphs captured by this decoder so far (whole steps, or forwards under the host loop)."""
+        forwards = len(self.cache.graphs.graphs) if self.cache.graphs is not None else 0
+        return forwards + sum(steps.captures for _, steps in self._steps.values())
 
     def decode(
         self,
         tokenizer: PreTrainedTokenizerBase,
         prompt: PromptTensors,
         grammar: TokenGrammar | None = None,
+        seed: int | None = None,
     ) -> DecodeResult:
         """Decode one prompt (see ``engine.decode`` for the arguments and result).
+
+        Args:
+            seed: seed of candidate 0 for this decode; None: the config's.
 
         Raises:
             InputError: the prompt is longer than ``max_prompt_len``.
         """
         self.cache.forwards = 0
-        if self.graphed_loop:
-            from wamdiff2_ros.decoding.graphs import StepGraphs, decode_graphed
+        config = self.config if seed is None else replace(self.config, seed=seed)
+        grammar = grammar if config.grammar else None
+        if not self.device_loop:
+            return decode_block(self.model, tokenizer, prompt, config, grammar, cache=self.cache)
+        if id(grammar) not in self._steps:  # the grammar is kept with its steps, so its id stays unique
+            steps = DeviceSteps(self.cache, config, grammar, config.cuda_graphs)
+            self._steps[id(grammar)] = (grammar, steps)
+        return decode_on_device(self.cache, tokenizer, prompt, config, self._steps[id(grammar)][1])
 
-            if self.step_graphs is None:
-                self.step_graphs = StepGraphs(self.cache, self.config, SpecialIds())
-            return decode_graphed(self.cache, tokenizer, prompt, self.config, self.step_graphs)
-        return decode_block(self.model, tokenizer, prompt, self.config, grammar, cache=self.cache)
+
+class FastEngine:
+    """Every fast decoder one model needs, each built on first use and then kept: one lean decoder (fused
+    weights, compiled code) per compile setting, and per decode config (seed aside) the static caches,
+    attention plans and CUDA graphs sized for the prompts seen (a new camera size gets its own).
+
+    Args:
+        model: the model (eval mode), on its device.
+    """
+
+    def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
+        self.model = model
+        self._lean: dict[bool, LeanDecoder] = {}
+        self._decoders: dict[DecodeConfig, list[FastDecoder]] = {}
+        self.builds = 0  # FastDecoders built (each allocates a cache); a warm engine builds none per frame
+
+    def decoder(self, config: DecodeConfig, prompt_len: int) -> FastDecoder:
+        """The smallest kept decoder for ``config`` that fits ``prompt_len`` tokens; built when none does."""
+        key = replace(config, seed=0)  # the seed is a buffer value, not a shape
+        fitting = [d for d in self._decoders.get(key, []) if d.max_prompt_len >= prompt_len]
+        if fitting:
+            return min(fitting, key=lambda d: d.max_prompt_len)
+        if config.compile not in self._lean:
+            self._lean[config.compile] = LeanDecoder(self.model, compile=config.compile)
+        decoder = FastDecoder(self.model, key, prompt_len + PROMPT_HEADROOM, self._lean[config.compile])
+        self._decoders.setdefault(key, []).append(decoder)
+        self.builds += 1
+        return decoder
+
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured by all decoders so far."""
+        return sum(d.captures for decoders in self._decoders.values() for d in decoders)
+
+    def decode(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        prompt: PromptTensors,
+        config: DecodeConfig,
+        grammar: TokenGrammar | None = None,
+    ) -> DecodeResult:
+        """``engine.decode`` over the kept decoders (the grammar already checked against the config)."""
+        return self.decoder(config, prompt.length).decode(tokenizer, prompt, grammar, seed=config.seed)

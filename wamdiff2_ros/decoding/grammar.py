@@ -161,6 +161,7 @@ class TokenGrammar:
         table = torch.full((num_states + 1, len(used)), num_states, dtype=torch.int64)
         for (state, token_id), nxt in edges.items():
             table[state, column[token_id]] = nxt
+        self.next_table = table  # (S + 1, G) next state after each grammar token; S is the dead sink
         self._next_np = table.numpy()
         self._is_done = np.zeros(num_states + 1, dtype=bool)
         self._is_done[self.done_state] = True
@@ -178,6 +179,7 @@ class TokenGrammar:
                     distance[previous] = distance[state] + 1
                     queue.append(previous)
         self._distance = distance
+        self.distance_to_done = distance  # (S + 1,) fewest tokens to DONE; 2^30 where it is out of reach
         self._distance_np = distance.numpy()
 
     def _eos_step(self, state: State) -> list[tuple[int, State]]:

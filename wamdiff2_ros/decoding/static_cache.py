@@ -18,6 +18,7 @@ import torch
 from transformers import Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.attention import make_attention
+from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.prefill import prompt_inputs
 from wamdiff2_ros.errors import InputError
@@ -137,8 +138,6 @@ class StaticBlockCache:
         self.written = 0  # answer tokens whose K/V are final in the cache
         self.graphs = None
         if cuda_graphs:
-            from wamdiff2_ros.decoding.graphs import ForwardGraphs
-
             self.graphs = ForwardGraphs(self.raw_forward)
 
     def raw_forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.grammar import TokenGrammar
-from wamdiff2_ros.decoding.sampling import sample_tokens
+from wamdiff2_ros.decoding.sampling import RowSampling, sample_tokens
 
 
 @dataclass
@@ -80,29 +80,27 @@ def _repair(
     tokens: torch.Tensor,
     masked: torch.Tensor,
     score: torch.Tensor,
-    config: DecodeConfig,
     grammar: TokenGrammar,
     state: int,
     budget: BlockBudget,
 ) -> torch.Tensor:
-    # One row. Each x0 fits the grammar on its own, but two can clash (e.g. "," right after "-"). Accept
-    # in the rule's order, keeping only tokens consistent with those already accepted, up to the rule's
-    # count.
+    # One row. Each x0 fits the grammar on its own, but two can clash (e.g. "," right after "-"). Keep the
+    # longest run of the rule's picks, in its order of preference, that still admits a valid answer: adding
+    # picks only removes completions, so that run is a prefix of the order, and the best pick alone always
+    # fits (device_grammar.DeviceGrammar.accept computes the same prefix for all lengths at once).
     want = int(commit.sum())
-    trial = torch.where(commit, x0, tokens)
-    if want <= 1 or grammar.block_feasible(state, trial, masked & ~commit, budget.limit, budget.tokens_after):
+    if want <= 1:
         return commit
-    pool = commit if config.commit_rule == "low_confidence_dynamic" else masked
-    order = torch.sort(score.masked_fill(~pool, float("-inf")), descending=True, stable=True).indices
-    accepted = torch.zeros_like(commit)
-    for position in order[: int(pool.sum())].tolist():
-        accepted[position] = True
+    order = torch.sort(score.masked_fill(~commit, float("-inf")), descending=True, stable=True).indices
+    for count in range(want, 0, -1):
+        accepted = torch.zeros_like(commit)
+        accepted[order[:count]] = True
         trial = torch.where(accepted, x0, tokens)
-        if not grammar.block_feasible(state, trial, masked & ~accepted, budget.limit, budget.tokens_after):
-            accepted[position] = False
-        elif int(accepted.sum()) == want:
-            break
-    return accepted
+        if count == 1 or grammar.block_feasible(
+            state, trial, masked & ~accepted, budget.limit, budget.tokens_after
+        ):
+            return accepted
+    raise AssertionError("unreachable: count 1 is always returned")
 
 
 def denoise_step(
@@ -113,7 +111,8 @@ def denoise_step(
     config: DecodeConfig,
     grammar: TokenGrammar | None,
     budget: BlockBudget,
-    generators: list[torch.Generator] | None,
+    sampling: RowSampling,
+    draw: int,
     schedule: list[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample x0 from constrained logits and commit the positions the rule picks.
@@ -126,26 +125,23 @@ def denoise_step(
         config: decode settings.
         grammar: the answer grammar or None.
         budget: grammar states and budget.
-        generators: per-row generators for temperature sampling.
+        sampling: per-row temperatures and seeds.
+        draw: steps the rows have taken so far (the sampler's draw number).
         schedule: commit counts per step (static, sequential) or None (dynamic).
 
     Returns:
         (tokens, masked, x0) after the commit; x0 (K, B) is this step's candidate tokens.
     """
-    x0, confidence = sample_tokens(logits, config.temperature, generators)
+    x0, confidence = sample_tokens(logits, sampling, draw)
     if grammar is not None:
         x0 = grammar.token_ids.to(x0.device)[x0]  # column index -> vocabulary id
-    if config.commit_rule == "low_confidence_dynamic":
-        commit = commit_rules.low_confidence_dynamic(confidence, masked, config.threshold)
-    elif config.commit_rule == "low_confidence_static":
-        commit = commit_rules.low_confidence_static(confidence, masked, schedule[step])
-    else:
-        commit = commit_rules.sequential(masked, schedule[step])
+    count = None if schedule is None else schedule[step]
+    commit = commit_rules.select(config.commit_rule, confidence, masked, config.threshold, count)
     if grammar is not None and budget.states is not None:
         score = commit_rules.priority(confidence, config.commit_rule)
         for row, state in enumerate(budget.states):
             commit[row] = _repair(
-                commit[row], x0[row], tokens[row], masked[row], score[row], config, grammar, state, budget
+                commit[row], x0[row], tokens[row], masked[row], score[row], grammar, state, budget
             )
     return torch.where(commit, x0, tokens), masked & ~commit, x0
 

@@ -1,0 +1,318 @@
+"""The device loop: block decoding with every denoising step and block end on the device, no host sync.
+
+A step is forward, LM head, grammar mask (``device_grammar``), seeded per-row sampling, commit rule and the
+grammar's commit repair, all on static buffers; a block end is the grammar's leftover fill and the automaton
+state after the block. With CUDA graphs each is captured once per shape and then replayed; without (the CPU
+twin tests) the same functions run eagerly. The host syncs once per block (has every row finished? did the
+grammar dead-end?) and, with the dynamic rule, after every ``sync_every`` steps (is the block committed?).
+Steps after a block is committed change nothing, and the sampler only counts steps that had a mask, so the
+tokens equal the host loop's (``block.decode_block``) exactly in fp32.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.cuda_graph import capture
+from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
+from wamdiff2_ros.decoding.fast_model import compiled
+from wamdiff2_ros.decoding.grammar import TokenGrammar
+from wamdiff2_ros.decoding.result import finish_result
+from wamdiff2_ros.decoding.sampling import RowSampling, sample_tokens
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+from wamdiff2_ros.decoding.step import step_schedule
+from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.prompt import PromptTensors
+from wamdiff2_ros.model.tokenizer import SpecialIds
+
+
+def step_tail(
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    config: DecodeConfig,
+    grammar: DeviceGrammar | None,
+    budget: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    sampling: RowSampling,
+    draw: torch.Tensor,
+    mask_id: int,
+    count: int | None,
+) -> tuple[torch.Tensor, ...]:
+    """A denoising step after the forward, as a pure function (so that it compiles: Inductor 2.13 fails on
+    in-place buffer updates fused in). ``step.constrain`` + ``step.denoise_step`` are its host twins.
+
+    Args:
+        model: the model (its LM head).
+        hidden: (K, B, H) final hidden states of the block.
+        tokens: (K, B) block tokens.
+        masked: (K, B) bool, positions still masked.
+        config: decode settings (rule, threshold, mask suppression).
+        grammar: the answer grammar's device tables, or None.
+        budget: (states (K,), limit, tokens_after): automaton states before the block and where the block
+            sits in the budget (0-dim tensors).
+        sampling: per-row temperatures and seeds.
+        draw: () int64, steps taken so far (the sampler's draw number).
+        mask_id: the mask token id.
+        count: tokens to commit this step (static, sequential rules), None for the dynamic rule.
+
+    Returns:
+        (tokens, masked, x0, logits, counted, dead): the block after the step, this step's candidates and
+        constrained logits (K, B, C), () int64 1 if some position was masked before the step, and () bool
+        True if the grammar left a masked position without any allowed token (a bug).
+    """
+    logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
+    if grammar is None:
+        if config.suppress_mask_token:
+            logits = logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+        dead = torch.zeros((), dtype=torch.bool, device=logits.device)
+    else:
+        allowed = grammar.allowed(budget[0], tokens, masked, budget[1], budget[2])
+        active = masked.any(-1)[:, None, None]  # a row with nothing masked is left as it is (host: skipped)
+        logits = logits.masked_fill(active & ~allowed, float("-inf"))
+        dead = (masked & ~allowed.any(-1)).any()
+    x0, confidence = sample_tokens(logits, sampling, draw)
+    if grammar is not None:
+        x0 = grammar.token_ids[x0]  # column -> vocabulary id
+    commit = commit_rules.select(config.commit_rule, confidence, masked, config.threshold, count)
+    if grammar is not None:
+        score = commit_rules.priority(confidence, config.commit_rule)
+        commit = grammar.accept(commit, score, x0, tokens, masked, budget[0], budget[1], budget[2])
+    return torch.where(commit, x0, tokens), masked & ~commit, x0, logits, masked.any().long(), dead
+
+
+def block_end(
+    grammar: DeviceGrammar | None,
+    logits: torch.Tensor,
+    x0: torch.Tensor,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    budget: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    finished: torch.Tensor,
+    eos_id: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The end of a block, as a pure function: leftovers filled (``step.fill_leftovers``), the automaton
+    state after the block (finished rows stay DONE) and which rows have now finished.
+
+    Returns:
+        (tokens (K, B), states (K,), finished (K,)).
+    """
+    states, limit, tokens_after = budget
+    if grammar is None:
+        tokens = torch.where(masked, x0, tokens)
+    else:
+        tokens = grammar.fill(logits, x0, tokens, masked, states, limit, tokens_after)
+        states = torch.where(finished, grammar.done_state, grammar.advance(states, tokens))
+    return tokens, states, finished | (tokens == eos_id).any(-1)
+
+
+class DeviceSteps:
+    """The device loop's buffers and steps; with ``cuda_graphs`` each step shape (fused first step?, commit
+    count) and the block end are captured once and replayed, else they run eagerly.
+
+    Buffers (K rows, B positions): ``tokens``/``masked`` updated in place by each step, ``pending`` the
+    previous block for the fused first step, ``x0``/``logits`` the last step's, ``steps`` the steps of this
+    block in which some row still had a mask, ``draw`` the sampler's draw number, ``states``/``finished``
+    per row, ``limit``/``tokens_after`` the block's place in the budget.
+
+    Args:
+        cache: the static cache (its forward and its rows).
+        config: decode settings (its seed is set per decode).
+        grammar: the answer grammar, or None.
+        cuda_graphs: capture and replay (CUDA only).
+    """
+
+    def __init__(
+        self,
+        cache: StaticBlockCache,
+        config: DecodeConfig,
+        grammar: TokenGrammar | None,
+        cuda_graphs: bool,
+        ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
+    ) -> None:
+        device = cache.model.device
+        rows, size = cache.rows, cache.block_size
+        self.cache, self.config, self.ids, self.cuda_graphs = cache, config, ids, cuda_graphs
+        self.grammar = None if grammar is None else DeviceGrammar(grammar, device, ids.mask)
+        columns = len(grammar.token_ids) if grammar is not None else cache.model.lm_head.weight.shape[0]
+        zeros = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.tokens, self.masked = zeros(rows, size), zeros(rows, size, dtype=torch.bool)
+        self.pending, self.x0 = zeros(rows, size), zeros(rows, size)
+        self.logits = zeros(rows, size, columns, dtype=torch.float32)
+        self.steps, self.draw, self.dead = zeros(), zeros(), zeros(dtype=torch.bool)
+        self.states, self.finished = zeros(rows), zeros(rows, dtype=torch.bool)
+        self.limit, self.tokens_after = zeros(), zeros()
+        self.sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first, device)
+        self.pool = torch.cuda.graph_pool_handle() if cuda_graphs else None
+        self.graphs: dict[object, torch.cuda.CUDAGraph] = {}
+        # Compiled, a step's head, grammar, sampling and commit take a few kernels instead of hundreds.
+        self.tail = compiled(step_tail) if cache.decoder.compile else step_tail
+        self.end = compiled(block_end) if cache.decoder.compile else block_end
+
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured so far (a warm loop adds none)."""
+        return len(self.graphs)
+
+    def start(self, seed: int) -> None:
+        """Reset the per-decode state: rows unfinished at the grammar's start, draws from ``seed``."""
+        self.finished.zero_()
+        self.dead.zero_()
+        self.states.fill_(0 if self.grammar is None else self.grammar.grammar.start_state)
+        self.draw.zero_()
+        rows = self.sampling.seeds.shape[0]
+        self.sampling.seeds.copy_(torch.arange(seed, seed + rows, dtype=torch.int64))
+
+    def start_block(self, limit: int, tokens_after: int) -> None:
+        """Finished rows carry <|im_end|> and take no commits (reference :2351-2352)."""
+        rows, size = self.tokens.shape
+        self.tokens.copy_(torch.where(self.finished[:, None], self.ids.eos, self.ids.mask).expand(rows, size))
+        self.masked.copy_(~self.finished[:, None].expand(rows, size))
+        self.steps.zero_()
+        self.limit.fill_(limit)
+        self.tokens_after.fill_(tokens_after)
+
+    def _budget(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.states, self.limit, self.tokens_after
+
+    def _step(self, fused: bool, count: int | None) -> None:
+        if fused:
+            hidden = self.cache.raw_forward(torch.cat([self.pending, self.tokens], dim=1))
+            hidden = hidden[:, self.tokens.shape[1] :]
+        else:
+            hidden = self.cache.raw_forward(self.tokens)
+        tokens, masked, x0, logits, counted, dead = self.tail(
+            self.cache.model,
+            hidden,
+            self.tokens,
+            self.masked,
+            self.config,
+            self.grammar,
+            self._budget(),
+            self.sampling,
+            self.draw,
+            self.ids.mask,
+            count,
+        )
+        self.steps.add_(counted)
+        self.draw.add_(counted)
+        self.dead.logical_or_(dead)
+        self.tokens.copy_(tokens)
+        self.masked.copy_(masked)
+        self.x0.copy_(x0)
+        self.logits.copy_(logits)
+
+    def _end(self) -> None:
+        tokens, states, finished = self.end(
+            self.grammar,
+            self.logits,
+            self.x0,
+            self.tokens,
+            self.masked,
+            self._budget(),
+            self.finished,
+            self.ids.eos,
+        )
+        self.tokens.copy_(tokens)
+        self.states.copy_(states)
+        self.finished.copy_(finished)
+
+    def _run(self, key: object, body) -> None:
+        if not self.cuda_graphs:
+            body()
+        elif key not in self.graphs:
+            self.graphs[key] = capture(body, self.pool)  # the capture's warm-up run was this call
+        else:
+            self.graphs[key].replay()
+
+    def step(self, fused: bool, count: int | None) -> None:
+        """One denoising step (``cache.place`` must have been called for its shape)."""
+        self._run((fused, count), lambda: self._step(fused, count))
+
+    def end_block(self) -> None:
+        """Fill the leftovers, advance the automaton, update ``finished``."""
+        self._run("end", self._end)
+
+
+@torch.no_grad()
+def decode_on_device(
+    cache: StaticBlockCache,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: PromptTensors,
+    config: DecodeConfig,
+    steps: DeviceSteps,
+    sync_every: int = 1,
+) -> DecodeResult:
+    """Block decoding with every step on the device (``block.decode_block``'s twin).
+
+    Args:
+        cache: the static cache ``steps`` was built over.
+        tokenizer: turns answer tokens into text.
+        prompt: the prompt tensors.
+        config: decode settings (``steps.config`` up to the seed).
+        steps: the loop's buffers and (captured) steps.
+        sync_every: dynamic rule only: steps between host checks for a fully committed block.
+
+    Returns:
+        The host loop's candidates and per-block step counts; ``forwards`` counts the forwards actually run
+        (steps after a block is committed included).
+
+    Raises:
+        RuntimeError: the grammar dead-ended (a bug).
+    """
+    started = time.perf_counter()
+    ids = steps.ids
+    size, rows = config.block_size, config.candidates
+    schedule = step_schedule(config)
+    step_cap = len(schedule) if schedule is not None else config.steps
+    num_blocks = math.ceil(config.max_new_tokens / size)
+    cache.prefill(prompt)
+    prefill_s = time.perf_counter() - started
+    answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64, device=cache.model.device)
+    steps.start(config.seed)
+    steps_per_block: list[torch.Tensor] = []
+    fused_next = False
+    for block_index in range(num_blocks):
+        start = block_index * size
+        steps.start_block(
+            min(size, config.max_new_tokens - start), max(0, config.max_new_tokens - start - size)
+        )
+        for step in range(step_cap):
+            fused = fused_next and step == 0
+            cache.place(2 * size if fused else size)
+            steps.step(fused, None if schedule is None else schedule[step])
+            cache.forwards += 1
+            if fused:
+                cache.written += size
+            if schedule is None and (step + 1) % sync_every == 0 and not bool(steps.masked.any()):
+                break
+        steps.end_block()
+        steps_per_block.append(steps.steps.clone())
+        answer[:, start : start + size] = steps.tokens
+        all_finished, dead = torch.stack([steps.finished.all(), steps.dead]).tolist()  # the block's sync
+        if dead:
+            raise RuntimeError("grammar dead end: committed tokens admit no valid answer (a bug)")
+        if block_index == num_blocks - 1 or all_finished:
+            break
+        if config.cache_order == "fused":
+            steps.pending.copy_(steps.tokens)
+            fused_next = True
+        else:
+            cache.write(steps.tokens)
+    return finish_result(
+        tokenizer,
+        answer.cpu(),
+        config,
+        ids.eos,
+        cache.forwards,
+        [int(s) for s in steps_per_block],
+        prompt.length,
+        prefill_s,
+        started,
+    )
