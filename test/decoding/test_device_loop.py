@@ -49,8 +49,7 @@ def test_device_loop_gives_the_host_loop_and_the_eager_tokens(
 
 
 def test_device_loop_detection_with_its_grammar(tiny_model, tokenizer, front_image):
-    from wamdiff2_ros.model.prompt import build_prompt
-    from wamdiff2_ros.sim.export import detection_user_text
+    from wamdiff2_ros.model.prompt import build_prompt, detection_user_text
 
     prompt = build_prompt(tokenizer, detection_user_text(), front_image)
     config = DecodeConfig(block_size=16, steps=4, max_new_tokens=96, grammar=True, threshold=0.05)
@@ -84,7 +83,7 @@ def test_engine_builds_once_across_frames_of_one_camera(tiny_model, tokenizer, f
         prompt = build_planning_prompt(tokenizer, front_image, "straight", (speed, 0.1), (0.2, -0.01))
         engine.decode(tokenizer, prompt, DecodeConfig(**{**config.__dict__, "seed": frame}), grammar)
         assert engine.builds == 1  # one cache (and its graphs, on a GPU) for every frame and seed
-    wide_image = np.concatenate([front_image, front_image], axis=1)  # a second camera size: more tokens
+    wide_image = np.tile(front_image, (2, 4, 1))  # a second camera size: 96 visual tokens instead of 20
     for _ in range(2):
         wide = build_planning_prompt(tokenizer, wide_image, "straight", (1.0, 0.0), (0.0, 0.0))
         engine.decode(tokenizer, wide, config, grammar)

@@ -23,10 +23,9 @@ from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.presets import preset_config
-from wamdiff2_ros.model.prompt import build_prompt
+from wamdiff2_ros.model.prompt import build_prompt, detection_user_text
 from wamdiff2_ros.model.tokenizer import MASK_ID
 from wamdiff2_ros.model.vocab import available_ids, reduce_vocabulary
-from wamdiff2_ros.sim.export import detection_user_text
 
 pytestmark = [
     pytest.mark.gpu,

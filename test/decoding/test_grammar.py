@@ -8,6 +8,7 @@ import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.sampling import RowSampling
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step
 from wamdiff2_ros.errors import InputError, ParseError
 from wamdiff2_ros.model.parse import parse_waypoints
@@ -158,7 +159,8 @@ def test_clashing_commits_keep_the_most_confident_consistent_tokens(grammar, tok
     budget = BlockBudget(states=[grammar.start_state], limit=8, tokens_after=120)
     config = DecodeConfig(block_size=8, grammar=True)
     logits = constrain(logits, tokens, masked, config, grammar, budget, MASK_ID)
-    tokens, masked, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, None, None)
+    greedy = RowSampling.of(0.0, 0, 1, False)
+    tokens, masked, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, greedy, 0, None)
     assert tokens[0, 0] == tokenizer.convert_tokens_to_ids("-")
     assert masked[0, 1:].all()
 

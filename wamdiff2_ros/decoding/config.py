@@ -135,8 +135,9 @@ class DecodeResult:
     forwards: int  # model forward calls, prefill included; a batched call counts once
     steps_per_block: tuple[int, ...]  # denoising forwards of each decoded block
     prompt_tokens: int
-    prefill_s: float
+    prefill_s: float  # vision tower and text prefill
     latency_s: float  # whole decode, prefill included
+    vision_s: float = 0.0  # of prefill_s, the vision tower (measured by the fast path only)
 
     @property
     def text(self) -> str:

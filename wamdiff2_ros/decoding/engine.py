@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.ar import decode_ar
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.grammar import DetectionGrammar, PlanningGrammar, TokenGrammar, labels_in_prompt
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
 from wamdiff2_ros.model.vocab import available_ids
-
-if TYPE_CHECKING:
-    from wamdiff2_ros.decoding.fast import FastEngine
 
 
 def _fitting(grammar: TokenGrammar, config: DecodeConfig, answer: str) -> TokenGrammar:

@@ -101,11 +101,19 @@ class FastDecoder:
         config = self.config if seed is None else replace(self.config, seed=seed)
         grammar = grammar if config.grammar else None
         if not self.device_loop:
-            return decode_block(self.model, tokenizer, prompt, config, grammar, cache=self.cache)
-        if id(grammar) not in self._steps:  # the grammar is kept with its steps, so its id stays unique
-            steps = DeviceSteps(self.cache, config, grammar, config.cuda_graphs)
-            self._steps[id(grammar)] = (grammar, steps)
-        return decode_on_device(self.cache, tokenizer, prompt, config, self._steps[id(grammar)][1])
+            result = decode_block(self.model, tokenizer, prompt, config, grammar, cache=self.cache)
+        else:
+            result = decode_on_device(self.cache, tokenizer, prompt, config, self.steps_for(grammar))
+        return replace(result, vision_s=self.cache.vision_s)
+
+    def steps_for(self, grammar: TokenGrammar | None) -> DeviceSteps:
+        """The device loop's buffers and graphs for answers of ``grammar`` (None: unconstrained)."""
+        if id(grammar) not in self._steps:  # the grammar is kept with its steps: its id stays unique
+            self._steps[id(grammar)] = (
+                grammar,
+                DeviceSteps(self.cache, self.config, grammar, self.config.cuda_graphs),
+            )
+        return self._steps[id(grammar)][1]
 
 
 class FastEngine:

@@ -7,8 +7,9 @@ the parser's reason instead of waypoints, and the caller decides what to do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
+from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
@@ -27,6 +29,7 @@ from wamdiff2_ros.model.prompt import (
     NUM_WAYPOINTS,
     build_planning_prompt,
     build_prompt,
+    detection_user_text,
     min_int_digits_of,
 )
 from wamdiff2_ros.model.tokenizer import load_tokenizer
@@ -75,11 +78,22 @@ class DetectionOutput:
     parse_error: str = ""
 
 
+STAGES = ("preprocess", "vision", "prefill", "decode", "parse")
+
+
 @dataclass(frozen=True)
 class PlanOutput:
+    """The candidates of one frame, the decode's costs, the settings, and the seconds of each stage.
+
+    ``stages_s`` keys are ``STAGES``: the frame to prompt tensors (resize, normalise, patchify, tokenise;
+    on the model's device when it is a GPU), the vision tower, the text prefill, the decode after it, and
+    parsing the answers. The vision/prefill split is measured by the fast path only (eager: all in prefill).
+    """
+
     candidates: tuple[PlannedCandidate, ...]
     decode: DecodeResult
     config: DecodeConfig
+    stages_s: dict[str, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -104,6 +118,8 @@ class Planner:
         # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
         self._grammars = AnswerGrammars(loaded.tokenizer, self.config, available_ids(loaded.model))
         self._grammar = self._grammars.planning() if self.config.grammar else None
+        # The fast path's owner: caches, compiled code and CUDA graphs built once, reused every frame.
+        self.fast = None if self.config.backend == "eager" else FastEngine(loaded.model)
 
     @classmethod
     def from_settings(
@@ -139,6 +155,7 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
+        planner.fast = self.fast or FastEngine(self.loaded.model)  # shared: what is built stays built
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         bound_and_budget = ("max_step_m", "max_new_tokens")  # what the grammars are built and checked for
         if all(getattr(planner.config, k) == getattr(self.config, k) for k in bound_and_budget):
@@ -157,16 +174,58 @@ class Planner:
         Raises:
             InputError: unusable image, unknown command or non-finite state (from the prompt builder).
         """
+        started = time.perf_counter()
         prompt = build_planning_prompt(
             self.loaded.tokenizer,
-            inputs.image_rgb,
+            self._frame(inputs.image_rgb),
             inputs.command,
             inputs.velocity_mps,
             inputs.acceleration_mps2,
             max_pixels=self.max_pixels,
         )
-        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, self.config, self._grammar)
-        return PlanOutput(tuple(self._parse(c.text, c.seed) for c in result.candidates), result, self.config)
+        preprocess_s = time.perf_counter() - started
+        result = self._decode(prompt, self.config, self._grammar)
+        parsing = time.perf_counter()
+        candidates = tuple(self._parse(c.text, c.seed) for c in result.candidates)
+        stages = {
+            "preprocess": preprocess_s,
+            "vision": result.vision_s,
+            "prefill": result.prefill_s - result.vision_s,
+            "decode": result.latency_s - result.prefill_s,
+            "parse": time.perf_counter() - parsing,
+        }
+        return PlanOutput(candidates, result, self.config, stages)
+
+    def warm_up(
+        self, image_hw: tuple[int, int], *, detect: bool = False, detect_max_tokens: int = 256
+    ) -> float:
+        """Plan (and detect) twice on a seeded frame of the camera's size, so that the first real frame
+        finds every cache allocated, every kernel compiled and every CUDA graph captured; returns seconds.
+
+        Args:
+            image_hw: the camera's (height, width) in pixels.
+            detect: warm the detection prompt too (the node runs it every N-th plan).
+            detect_max_tokens: the detection answer budget the node will use.
+        """
+        started = time.perf_counter()
+        frame = np.random.default_rng(0).integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
+        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0))
+        for _ in range(2):  # the second run is what a frame sees: it must find everything built
+            self.plan(inputs)
+            if detect:
+                self.detect(frame, detection_user_text(), detect_max_tokens)
+        return time.perf_counter() - started
+
+    def _frame(self, image_rgb: np.ndarray) -> np.ndarray | torch.Tensor:
+        """The frame as the prompt builder should take it: uploaded once to a GPU model's device (resized
+        and patchified there), else the array (the CPU's PIL path, which the bundled model was trained on)."""
+        device = self.loaded.model.device
+        if device.type != "cuda":
+            return image_rgb
+        return torch.from_numpy(np.ascontiguousarray(image_rgb)).to(device, non_blocking=True)
+
+    def _decode(self, prompt, config: DecodeConfig, grammar) -> DecodeResult:
+        return decode(self.loaded.model, self.loaded.tokenizer, prompt, config, grammar, fast=self.fast)
 
     @torch.inference_mode()
     def detect(
@@ -186,7 +245,7 @@ class Planner:
         Args:
             image_rgb: (H, W, 3) uint8 frame.
             user_text: the perception prompt with ``<image>`` (the training data's, e.g.
-                ``sim.export.detection_user_text()``).
+                ``model.prompt.detection_user_text()``).
             max_new_tokens: answer budget (a box costs about 25 tokens).
             grammar: constrain the answer by the detection grammar; None: as ``config.grammar`` says.
             labels: the labels an answer may name; None: the categories the prompt lists.
@@ -195,7 +254,9 @@ class Planner:
             InputError: unusable image, a prompt without the image placeholder, or (with the grammar) no
                 labels given or listed in the prompt, or a budget below the shortest answer.
         """
-        prompt = build_prompt(self.loaded.tokenizer, user_text, image_rgb, max_pixels=self.max_pixels)
+        prompt = build_prompt(
+            self.loaded.tokenizer, user_text, self._frame(image_rgb), max_pixels=self.max_pixels
+        )
         constrained = self.config.grammar if grammar is None else grammar
         config = replace(
             self.config, grammar=constrained, candidates=1, temperature=0.0, max_new_tokens=max_new_tokens
@@ -203,7 +264,7 @@ class Planner:
         answer_grammar = None
         if constrained:
             answer_grammar = self._grammars.detection(labels or labels_in_prompt(user_text))
-        result = decode(self.loaded.model, self.loaded.tokenizer, prompt, config, answer_grammar)
+        result = self._decode(prompt, config, answer_grammar)
         height, width = image_rgb.shape[:2]
         detections, problems = salvage_detections(result.text)
         boxes = boxes_to_source_px(detections, (width, height))

@@ -31,7 +31,8 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniforms(seeds: torch.Tensor, draw: torch.Tensor | int, width: int) -> torch.Tensor:
-    """(K, width) float64 uniforms in [0, 1) of draw number ``draw`` of each row's seed.
+    """(K, width) float64 uniforms in (0, 1) of draw number ``draw`` of each row's seed (never 0: the
+    inverse CDF would then pick a leading token of probability 0).
 
     Args:
         seeds: (K,) int64 row seeds.
@@ -39,8 +40,9 @@ def uniforms(seeds: torch.Tensor, draw: torch.Tensor | int, width: int) -> torch
         width: uniforms per row (the block size).
     """
     positions = torch.arange(width, dtype=torch.int64, device=seeds.device)
-    key = _mix(seeds[:, None] * _GOLDEN + draw * _MAX_WIDTH + positions)  # (K, width)
-    return _shift_right(_mix(key), 11).double() * 2.0**-53
+    counter = draw * _MAX_WIDTH + positions + 1  # splitmix64 maps 0 to 0: no counter is 0
+    key = _mix((seeds[:, None] + 1) * _GOLDEN + counter)  # (K, width)
+    return (_shift_right(_mix(key + _GOLDEN), 11).double() + 0.5) * 2.0**-53
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ which the next forward overwrites: "read-only" is free here.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 from transformers import Qwen3VLForConditionalGeneration
@@ -67,6 +68,11 @@ class StaticKVCache:
         """Copy row 0's prompt slots [0, P) to every other row (one copy for all layers)."""
         self.keys[:, 1:, :prompt_len] = self.keys[:, :1, :prompt_len]
         self.values[:, 1:, :prompt_len] = self.values[:, :1, :prompt_len]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def static_max_len(prompt_len: int, max_new_tokens: int, block_size: int) -> int:
@@ -136,6 +142,7 @@ class StaticBlockCache:
         self.prompt_len = 0
         self.rope_delta = 0
         self.written = 0  # answer tokens whose K/V are final in the cache
+        self.vision_s = 0.0  # the last prefill's vision tower (with its inputs' build)
         self.graphs = None
         if cuda_graphs:
             self.graphs = ForwardGraphs(self.raw_forward)
@@ -169,7 +176,10 @@ class StaticBlockCache:
         """
         if prompt.length > self.max_prompt_len:
             raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
+        started = time.perf_counter()
         inputs = prompt_inputs(self.model, prompt)
+        _synchronize(self.model.device)
+        self.vision_s = time.perf_counter() - started
         row = self.cache.first_row()
         self.prompt_attention.plan(0, prompt.length, 0)
         self.decoder.prefill(
@@ -186,6 +196,7 @@ class StaticBlockCache:
         self.prompt_len, self.rope_delta, self.written = prompt.length, inputs.rope_delta, 0
         self.position_offset.fill_(inputs.rope_delta)
         self.forwards += 1
+        _synchronize(self.model.device)  # prefill_s is the prefill's own time, not its launch time
 
     @torch.no_grad()
     def denoise(self, block: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS, prepare_image
+from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS, VisionInputs, prepare_image, prepare_image_tensor
 
 COMMANDS = ("left", "straight", "right", "unknown")
 IMAGE_PLACEHOLDER = "<image>"
@@ -143,7 +143,7 @@ def chat_prompt_text(user_text: str, num_image_tokens: int) -> str:
 def build_prompt(
     tokenizer: PreTrainedTokenizerBase,
     user_text: str,
-    image: np.ndarray | Image.Image | None,
+    image: np.ndarray | Image.Image | torch.Tensor | None,
     *,
     min_pixels: int = MIN_PIXELS,
     max_pixels: int = MAX_PIXELS,
@@ -153,7 +153,9 @@ def build_prompt(
     Args:
         tokenizer: the Qwen tokenizer.
         user_text: the human turn; ``<image>`` marks where the image goes.
-        image: (H, W, 3) uint8 RGB array or PIL image; ``None`` for a text-only prompt.
+        image: (H, W, 3) uint8 RGB array, PIL image or tensor (preprocessed on the tensor's device by
+            ``prepare_image_tensor``; arrays and PIL images take the PIL path the bundled model was trained
+            on); ``None`` for a text-only prompt.
         min_pixels: smallest resized image area.
         max_pixels: largest resized image area.
 
@@ -166,7 +168,11 @@ def build_prompt(
     has_placeholder = IMAGE_PLACEHOLDER in user_text
     if has_placeholder != (image is not None):
         raise InputError(f"an image needs exactly one {IMAGE_PLACEHOLDER} in the prompt text, and vice versa")
-    vision = prepare_image(image, min_pixels=min_pixels, max_pixels=max_pixels) if image is not None else None
+    vision: VisionInputs | None = None
+    if isinstance(image, torch.Tensor):
+        vision = prepare_image_tensor(image, min_pixels=min_pixels, max_pixels=max_pixels)
+    elif image is not None:
+        vision = prepare_image(image, min_pixels=min_pixels, max_pixels=max_pixels)
     text = chat_prompt_text(user_text, vision.num_tokens if vision is not None else 0)
     input_ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], dtype=torch.int64)
     image_pad_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -185,7 +191,7 @@ def build_prompt(
 
 def build_planning_prompt(
     tokenizer: PreTrainedTokenizerBase,
-    image: np.ndarray | Image.Image,
+    image: np.ndarray | Image.Image | torch.Tensor,
     command: str,
     velocity_mps: Sequence[float],
     acceleration_mps2: Sequence[float],
@@ -197,7 +203,7 @@ def build_planning_prompt(
 
     Args:
         tokenizer: the Qwen tokenizer.
-        image: front camera image, (H, W, 3) uint8 RGB or PIL.
+        image: front camera image, (H, W, 3) uint8 RGB array, PIL image or tensor (see ``build_prompt``).
         command: navigation command (``COMMANDS``).
         velocity_mps: (vx, vy) in the ego frame.
         acceleration_mps2: (ax, ay) in the ego frame.
@@ -212,3 +218,15 @@ def build_planning_prompt(
     """
     user_text = planning_user_text(command, velocity_mps, acceleration_mps2)
     return build_prompt(tokenizer, user_text, image, min_pixels=min_pixels, max_pixels=max_pixels)
+
+
+DETECTION_CATEGORIES = ("car",)
+DETECTION_INSTRUCTION = (
+    "Locate every instance that belongs to the following categories: {categories}. "
+    'Report bbox coordinates in JSON format as [{{"bbox_2d": [x1, y1, x2, y2], "label": "category"}}].'
+)
+
+
+def detection_user_text(categories: Sequence[str] = DETECTION_CATEGORIES) -> str:
+    """The perception (grounding) prompt with the image placeholder first, as the training data asks it."""
+    return f"{IMAGE_PLACEHOLDER}\n" + DETECTION_INSTRUCTION.format(categories=", ".join(categories))

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from wamdiff2_ros.model.prompt import IMAGE_PLACEHOLDER, format_waypoints, planning_user_text
+from wamdiff2_ros.model.prompt import (
+    IMAGE_PLACEHOLDER,
+    detection_user_text,
+    format_waypoints,
+    planning_user_text,
+)
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
 
 DATASOURCE = "wamdiff2_sim"
-DETECTION_CATEGORIES = ("car",)
-DETECTION_INSTRUCTION = (
-    "Locate every instance that belongs to the following categories: {categories}. "
-    'Report bbox coordinates in JSON format as [{{"bbox_2d": [x1, y1, x2, y2], "label": "category"}}].'
-)
 NORM_SCALE = 1000  # Qwen3-VL writes boxes relative to the image on a 0..1000 scale
 
 
@@ -56,11 +56,6 @@ def format_detections(boxes_px: np.ndarray, labels: Sequence[str], image_wh_px: 
         for box, label in zip(np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4), labels, strict=True)
     ]
     return json.dumps(items)
-
-
-def detection_user_text(categories: Sequence[str] = DETECTION_CATEGORIES) -> str:
-    """The perception prompt with the image placeholder first."""
-    return f"{IMAGE_PLACEHOLDER}\n" + DETECTION_INSTRUCTION.format(categories=", ".join(categories))
 
 
 def detection_record(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from wamdiff2_ros.errors import InputError
@@ -11,6 +12,16 @@ if TYPE_CHECKING:
     from wamdiff2_ros.decoding.static_cache import StaticKVCache
 
 BACKENDS = ("sdpa", "flashinfer")
+
+
+def resolve_backend(name: str, device: str) -> str:
+    """The concrete decoder backend for a backend setting: ``auto`` is ``flashinfer`` where FlashInfer is
+    installed and ``device`` is a CUDA device (``cuda``, ``cuda:1``), else ``sdpa``; any other name is
+    returned unchanged (``DecodeConfig`` checks it)."""
+    if name != "auto":
+        return name
+    on_cuda = device == "cuda" or device.startswith("cuda:")
+    return "flashinfer" if on_cuda and importlib.util.find_spec("flashinfer") is not None else "sdpa"
 
 
 def make_attention(
