@@ -1,7 +1,10 @@
 """Start the WAM-Diff2 planner and the candidate scorer (and optionally rviz).
 
     ros2 launch wamdiff2_ros planner.launch.py [model:=/path/to/checkpoint] [preset:=tiny|2b|8b]
-        [config:=default|carla] [use_sim_time:=true] [rviz:=true]
+        [config:=default|carla] [device:=cpu|cuda] [use_sim_time:=true] [rviz:=true]
+
+device:=cuda adds config/gpu.yaml after the config preset's file (bf16, FlashInfer or SDPA, CUDA graphs,
+torch.compile, a warm-up at start-up).
 
 Which executables, parameter files and remappings: wamdiff2_ros/nodes/launch_spec.py (shared with the tests).
 The large-data DDS transport profile is set for every node unless FASTDDS_DEFAULT_PROFILES_FILE or
@@ -17,7 +20,13 @@ from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from wamdiff2_ros.nodes.launch_spec import CONFIG_PRESETS, PACKAGE, node_specs, transport_environment
+from wamdiff2_ros.nodes.launch_spec import (
+    CONFIG_PRESETS,
+    DEVICES,
+    PACKAGE,
+    node_specs,
+    transport_environment,
+)
 
 
 def _nodes(context):
@@ -29,6 +38,7 @@ def _nodes(context):
         model=value("model"),
         model_preset=value("preset"),
         use_sim_time=value("use_sim_time").lower() == "true",
+        device=value("device"),
     )
     return [
         Node(
@@ -61,6 +71,12 @@ def generate_launch_description() -> LaunchDescription:
                 default_value="default",
                 choices=list(CONFIG_PRESETS),
                 description="Parameter preset.",
+            ),
+            DeclareLaunchArgument(
+                "device",
+                default_value="cpu",
+                choices=list(DEVICES),
+                description="cuda: add config/gpu.yaml (onboard GPU fast path) after the preset's file.",
             ),
             DeclareLaunchArgument("use_sim_time", default_value="false", description="Follow /clock."),
             DeclareLaunchArgument(

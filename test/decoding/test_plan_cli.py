@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from wamdiff2_ros.cli.main import main
+from wamdiff2_ros.cli.plan import DEFAULTS, FROM_CONFIG
+from wamdiff2_ros.decoding import attention
+from wamdiff2_ros.decoding.attention import resolve_backend
+
+GPU_YAML = str(Path(__file__).resolve().parents[2] / "config" / "gpu.yaml")
 
 STATE = ["--velocity", "4.66", "-0.09", "--acceleration", "0.17", "-1.53", "--command", "right"]
 
@@ -51,3 +59,71 @@ def test_plan_reports_an_unreadable_image(tmp_path, capsys):
 def test_plan_reports_a_missing_checkpoint(image_file, tmp_path, capsys):
     assert main(["plan", "--image", image_file, *STATE, "--checkpoint", str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_backend_auto_on_the_cpu_is_sdpa(image_file, capsys):
+    argv = ["plan", "--image", image_file, *STATE, "--preset", "tiny", "--block-size", "8", "--json"]
+    assert main([*argv, "--backend", "auto"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["backend"] == "sdpa"
+
+
+def test_resolve_backend_picks_flashinfer_only_where_installed_on_cuda(monkeypatch):
+    assert [resolve_backend(name, "cuda") for name in ("eager", "sdpa", "flashinfer")] == [
+        "eager",
+        "sdpa",
+        "flashinfer",
+    ]
+    assert resolve_backend("auto", "cpu") == "sdpa"
+    find_spec = importlib.util.find_spec
+    for installed, expected in ((False, "sdpa"), (True, "flashinfer")):
+        monkeypatch.setattr(
+            attention.importlib.util,
+            "find_spec",
+            lambda name, *rest, installed=installed: (
+                (object() if installed else None) if name == "flashinfer" else find_spec(name, *rest)
+            ),
+        )
+        assert resolve_backend("auto", "cuda") == resolve_backend("auto", "cuda:1") == expected
+        assert resolve_backend("auto", "cpu") == "sdpa"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
+def test_gpu_config_without_a_gpu_is_refused_naming_cuda(image_file, capsys):
+    assert main(["plan", "--image", image_file, *STATE, "--preset", "tiny", "--config", GPU_YAML]) == 2
+    err = capsys.readouterr().err
+    assert "device 'cuda' (model.device in --config" in err and "gpu.yaml" in err
+    assert "needs a CUDA GPU" in err and "--device cpu --no-cuda-graphs" in err
+
+
+def test_flags_win_over_the_config_file(image_file, capsys):
+    argv = ["plan", "--image", image_file, *STATE, "--preset", "tiny", "--block-size", "8", "--json"]
+    argv += ["--config", GPU_YAML, "--device", "cpu", "--no-cuda-graphs", "--no-compile"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["device"], report["dtype"]) == ("cpu", "bf16")  # the flag, and gpu.yaml's dtype
+    config = report["config"]
+    assert (config["backend"], config["cuda_graphs"], config["compile"]) == ("sdpa", False, False)
+    assert config["block_size"] == 8 and config["steps"] == DEFAULTS["steps"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("/**/wamdiff2_planner:\n  ros__parameters:\n    decoder.step: 4\n", "has no parameter decoder.step"),
+        ("/**/wamdiff2_scorer:\n  ros__parameters:\n    agents.length_m: 5.0\n", "sets no wamdiff2_planner"),
+    ],
+)
+def test_a_bad_config_file_is_named(image_file, tmp_path, capsys, text: str, message: str):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    assert main(["plan", "--image", image_file, *STATE, "--preset", "tiny", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "mine.yaml" in err and message in err
+
+
+def test_config_reaches_every_decoder_and_candidate_parameter():
+    from wamdiff2_ros.nodes.params import PLANNER_PARAMS
+
+    wanted = {p.name for p in PLANNER_PARAMS if p.name.startswith(("decoder.", "candidates."))}
+    assert wanted | {"model.device", "model.dtype"} == set(FROM_CONFIG)
+    assert set(DEFAULTS) == set(FROM_CONFIG.values()) - {"temperature"}

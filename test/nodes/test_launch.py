@@ -107,6 +107,22 @@ def test_transport_profile_is_set_unless_the_user_chose_one() -> None:
 def test_unknown_config_preset_is_rejected() -> None:
     with pytest.raises(ValueError, match="config preset must be one of"):
         node_specs(REPO, preset="autoware")
+    with pytest.raises(ValueError, match="device must be one of"):
+        node_specs(REPO, device="tpu")
+
+
+@pytest.mark.parametrize("preset", ["default", "carla"])
+def test_device_cuda_layers_gpu_yaml_after_the_preset(preset: str) -> None:
+    cpu, cuda = (node_specs(REPO, preset=preset, device=device) for device in ("cpu", "cuda"))
+    preset_files = ["planner.yaml"] + ([] if preset == "default" else [f"{preset}.yaml"])
+    for on_cpu, on_cuda in zip(cpu, cuda, strict=True):  # planner and scorer
+        assert [p.name for p in on_cpu.parameter_files] == preset_files
+        assert [p.name for p in on_cuda.parameter_files] == [*preset_files, "gpu.yaml"]
+        assert all(p.is_file() for p in on_cuda.parameter_files)
+        assert on_cuda.remappings == on_cpu.remappings
+    # The preset's camera frame size (carla.yaml's 800x600) stays the warm-up size over gpu.yaml's 1920x1080.
+    assert cuda[0].parameters.get("warmup.image_size") == ("800x600" if preset == "carla" else None)
+    assert "warmup.image_size" not in cpu[0].parameters
 
 
 @pytest.mark.skipif(

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from wamdiff2_ros.nodes.params import PLANNER_PARAMS, SCORER_PARAMS, Param
+from wamdiff2_ros.nodes.params import (
+    PLANNER_PARAMS,
+    SCORER_PARAMS,
+    Param,
+    image_size_hw,
+    read_parameter_file,
+)
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 TABLES = {"wamdiff2_planner": PLANNER_PARAMS, "wamdiff2_scorer": SCORER_PARAMS}
@@ -35,12 +43,79 @@ def test_planner_yaml_lists_exactly_the_table_with_its_defaults(node: str) -> No
     assert yaml_parameters(CONFIG / "planner.yaml", node) == {p.name: p.default for p in TABLES[node]}
 
 
+@pytest.mark.parametrize("preset", ["carla.yaml", "gpu.yaml"])
 @pytest.mark.parametrize("node", list(TABLES))
-def test_carla_preset_only_overrides_known_parameters_with_valid_values(node: str) -> None:
+def test_presets_only_override_known_parameters_with_valid_values(preset: str, node: str) -> None:
     table = {p.name: p for p in TABLES[node]}
-    for name, value in yaml_parameters(CONFIG / "carla.yaml", node).items():
-        assert name in table, f"carla.yaml sets unknown parameter {name}"
+    raw = yaml.safe_load((CONFIG / preset).read_text()).get(f"/**/{node}", {}).get("ros__parameters", {})
+    for name, value in raw.items():
+        assert name in table, f"{preset} sets unknown parameter {name}"
         assert type(value) is type(table[name].default) and table[name].check(value) == value
+    assert read_parameter_file(CONFIG / preset, node, TABLES[node]) == raw  # the reader the CLI uses agrees
+
+
+def test_gpu_preset_is_the_fast_path_with_a_warm_up() -> None:
+    gpu = read_parameter_file(CONFIG / "gpu.yaml", "wamdiff2_planner", PLANNER_PARAMS)
+    assert gpu == {
+        "model.device": "cuda",
+        "model.dtype": "bf16",
+        "decoder.backend": "auto",
+        "decoder.cuda_graphs": True,
+        "decoder.compile": True,
+        "warmup.image_size": "1920x1080",
+    }
+    assert read_parameter_file(CONFIG / "gpu.yaml", "wamdiff2_scorer", SCORER_PARAMS) == {}
+    carla = read_parameter_file(CONFIG / "carla.yaml", "wamdiff2_planner", PLANNER_PARAMS)
+    assert carla["warmup.image_size"] == "800x600"  # the bridge's rgb_front frames
+
+
+@pytest.mark.parametrize(("text", "hw"), [("", None), ("1920x1080", (1080, 1920)), ("800x600", (600, 800))])
+def test_warm_up_size_reads_width_by_height(text: str, hw) -> None:
+    param = next(p for p in PLANNER_PARAMS if p.name == "warmup.image_size")
+    assert param.check(text) == text and image_size_hw(text) == hw
+
+
+@pytest.mark.parametrize("text", ["1920", "1920x", "x1080", "0x10", "1920X1080", " 1920x1080", "1920x1080x3"])
+def test_warm_up_size_of_another_form_is_refused(text: str) -> None:
+    param = next(p for p in PLANNER_PARAMS if p.name == "warmup.image_size")
+    with pytest.raises(ValueError, match=r"parameter warmup.image_size = .*WIDTHxHEIGHT"):
+        param.check(text)
+
+
+def test_parameter_file_sections_nesting_and_later_values_win(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "/**:\n  ros__parameters:\n    decoder.steps: 4\n    use_sim_time: true\n"
+        "/ns/wamdiff2_planner:\n  ros__parameters:\n    decoder:\n      backend: auto\n      steps: 6\n"
+        "/**/wamdiff2_scorer:\n  ros__parameters:\n    agents.length_m: 5.0\n"
+    )
+    assert read_parameter_file(path, "wamdiff2_planner", PLANNER_PARAMS) == {  # use_sim_time is rclpy's
+        "decoder.steps": 6,
+        "decoder.backend": "auto",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ("decoder.nonsense: 1", "has no parameter decoder.nonsense"),
+        ("decoder.threshold: 1", "decoder.threshold = 1 is a int, declared as float"),
+        ("decoder.steps: 100", "decoder.steps = 100: must be in"),
+        ("decoder.backend: fast", "decoder.backend = 'fast': must be one of"),
+    ],
+)
+def test_parameter_file_errors_name_the_file_and_the_parameter(tmp_path: Path, body: str, match: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"/**/wamdiff2_planner:\n  ros__parameters:\n    {body}\n")
+    with pytest.raises(ValueError, match=f"bad.yaml: .*{match}"):
+        read_parameter_file(path, "wamdiff2_planner", PLANNER_PARAMS)
+
+
+def test_parameter_tables_import_without_ros() -> None:
+    """``wamdiff2 plan --config`` reads parameter files through this module where no ROS is installed."""
+    code = "import sys, wamdiff2_ros.nodes.params; print(sorted(m for m in sys.modules if 'rcl' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize(

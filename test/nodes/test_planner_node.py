@@ -12,13 +12,14 @@ import time
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
 from ros_harness import Probe, node_output, start_node, stop_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
 
+from wamdiff2_ros.decoding.planner import Planner
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.qos import RELIABLE
@@ -51,12 +52,12 @@ OUTPUTS = {
 class Driver:
     """Publishes camera frames and odometry into the planner like a car's drivers would."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, planner: str = NODE) -> None:
         node = probe.node
         self.probe = probe
-        self.image = node.create_publisher(Image, f"{NODE}/input/image", RELIABLE)
-        self.odometry = node.create_publisher(Odometry, f"{NODE}/input/odometry", RELIABLE)
-        self.command = node.create_publisher(DrivingCommand, f"{NODE}/input/command", RELIABLE)
+        self.image = node.create_publisher(Image, f"{planner}/input/image", RELIABLE)
+        self.odometry = node.create_publisher(Odometry, f"{planner}/input/odometry", RELIABLE)
+        self.command = node.create_publisher(DrivingCommand, f"{planner}/input/command", RELIABLE)
         self.frame = np.random.default_rng(3).integers(0, 256, size=(180, 320, 3), dtype=np.uint8)
 
     def now(self) -> Time:
@@ -264,3 +265,44 @@ def test_every_published_trajectory_was_well_formed(planner) -> None:
     for trajectory in trajectories:
         assert len(trajectory.points) == 8
         assert all(math.isfinite(v) for p in trajectory.points for v in (p.position.x, p.position.y, p.speed))
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(Planner, "warm_up"), reason="Planner.warm_up is not there yet")
+def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(ros_context) -> None:
+    namespace = "/planner_warmup_test"
+    node = f"{namespace}/wamdiff2_planner"
+    process = start_node("wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "warmup.image_size": "1280x720"})
+    topic = f"{node}/output/trajectory"
+    outputs = {"/diagnostics": DiagnosticArray, topic: PlannedTrajectory}
+    probe = Probe(ros_context, "planner_warmup_probe", outputs)
+    driver = Driver(probe, node)
+    last_send = [0.0]
+
+    def stream():  # a camera that runs from the start, before the model is ready
+        if time.monotonic() - last_send[0] > 0.2:
+            driver.send(driver.now())
+            last_send[0] = time.monotonic()
+
+    def reports() -> list[tuple[DiagnosticStatus, dict[str, str]]]:
+        statuses = [s for d in probe.received["/diagnostics"] for s in d.status if s.name == node]
+        return [(s, {kv.key: kv.value for kv in s.values}) for s in statuses]
+
+    try:
+        planned = probe.spin_until(lambda: bool(probe.received[topic]), 120, during=stream)
+        assert planned, f"no plan after the warm-up:\n{stop_node(process)}"
+    finally:
+        probe.close()
+        output = stop_node(process)
+    states = [values["model_state"] for _, values in reports()]
+    assert "warming up" in states, states
+    first_ready = states.index("ready")
+    assert states.index("warming up") < first_ready and "loading" not in states[first_ready:]
+    warming = [(status, values) for status, values in reports() if values["model_state"] == "warming up"]
+    assert all("1280x720 frame with detection" in status.message for status, _ in warming)
+    assert all(values["frames_submitted"] == "0" for _, values in warming)  # nothing queued meanwhile
+    ready = reports()[first_ready][1]
+    assert "warmed up in" in ready["model"] and "last_problem.warmup" not in ready, output
+    counted = [int(values.get("frames_before_model_ready", 0)) for _, values in reports()]
+    assert counted[first_ready] > counted[states.index("warming up")]  # frames during the warm-up counted

@@ -25,10 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "what",
-        choices=("decode", "prefill", "plot", "node", "profile"),
+        choices=("decode", "prefill", "plot", "node", "profile", "plan"),
         help="what to time (plot: draw the chain of --input; node: frame-to-trajectory latency of the "
         "planner node over DDS; profile: kernel time of one graphed B32 S8 step and forward, with and "
-        "without compile)",
+        "without compile; plan: camera-to-plan through Planner.plan, the node's own call, per stage)",
     )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
@@ -53,7 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", default="docs/decode_latency_chain.png", help="plot: PNG to write")
     parser.add_argument("--rate-hz", type=float, default=2.0, help="node: camera frame rate (default 2)")
-    parser.add_argument("--frames", type=int, default=30, help="node: frames to publish (default 30)")
+    parser.add_argument(
+        "--frames", type=int, default=30, help="node: frames to publish; plan: frames timed (default 30)"
+    )
+    parser.add_argument(
+        "--no-compile", action="store_true", help="plan: fast rows without torch.compile (minutes less setup)"
+    )
     parser.add_argument(
         "--frame", type=Path, help="node: publish this image file (resized to --image), not seeded noise"
     )
@@ -233,8 +238,13 @@ def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, 
         decoder = FastDecoder(model, config, prompt.length)
         decoder.decode(tokenizer, prompt)  # captures the step graphs
         cache = decoder.cache
-        cache.denoise(torch.full((1, 32), MASK_ID, device=model.device))  # captures the forward graph
-        graphs = {"step": decoder.step_graphs.graphs[(False, 4)], "forward": cache.graphs.graphs[32][0]}
+        forwards = FastDecoder(model, config, prompt.length, device_loop=False).cache  # a graph per forward
+        forwards.prefill(prompt)
+        forwards.denoise(torch.full((1, 32), MASK_ID, device=model.device))  # captures the forward graph
+        graphs = {
+            "step": decoder.steps_for(None).graphs[(False, 4)],
+            "forward": forwards.graphs.graphs[32][0],
+        }
         for name, graph in graphs.items():
 
             def replay(graph: Any = graph, cache: Any = cache) -> None:
@@ -247,11 +257,77 @@ def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, 
     return results
 
 
+def plan_rows(
+    suite: str, sizes: list[str], fast: str, compile: bool, graphs: bool
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, image size, DecodeConfig settings) of ``bench plan``: the node's decode settings (B32 S8,
+    dynamic 0.9, 128 tokens; K = 4: candidate 0 greedy, the others at 0.7) on the fast path, grammar on and
+    off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size."""
+    base = {"block_size": 32, "steps": 8, "threshold": 0.9, "max_new_tokens": 128, "greedy_first": True}
+    fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile}
+    rows = []
+    for index, size in enumerate(sizes):
+        for grammar in (True, False) if index == 0 else (True,):
+            for k in (1, 4):
+                settings = {**base, **fast_path, "grammar": grammar, "candidates": k}
+                settings["temperature"] = 0.7 if k > 1 else 0.0
+                tag = "grammar" if grammar else "free"
+                extras = (" graphs" if graphs else "") + (" compile" if compile else "")
+                rows.append((f"{size} K{k} {tag} {fast}{extras}", size, settings))
+    if suite == "full":
+        for k in (1, 4):
+            settings = {**base, "grammar": True, "candidates": k, "temperature": 0.7 if k > 1 else 0.0}
+            rows.append((f"{sizes[0]} K{k} grammar eager", sizes[0], settings))
+    return rows
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import torch
+
+    from wamdiff2_ros.decoding.attention import resolve_backend
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.planner import Planner
+    from wamdiff2_ros.eval import plan_bench, speed
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.checkpoint import LoadedModel
+    from wamdiff2_ros.model.image import MAX_PIXELS
+    from wamdiff2_ros.model.tokenizer import load_tokenizer
+
+    device = torch.device(args.device)
+    fast = resolve_backend("auto", args.device) if device.type == "cuda" else "sdpa"
+    model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
+    loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{args.preset}")
+    card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS}
+    print(json.dumps(card), flush=True)
+    sizes = args.image.split(",")
+    planners: dict[bool, Planner] = {}  # one per path, so rows share its engine (weights, compiled code)
+    rows = []
+    graphs = device.type == "cuda"
+    for name, size, settings in plan_rows(args.suite, sizes, fast, not args.no_compile, graphs):
+        config = DecodeConfig(**settings)
+        eager = config.backend == "eager"
+        if eager not in planners:
+            planners[eager] = Planner(loaded, config, max_pixels=MAX_PIXELS)
+        planner = planners[eager].with_config(**settings)
+        width, height = (int(v) for v in size.split("x"))
+        row = plan_bench.measure_plan(
+            planner, (height, width), max(3, args.frames // 4) if eager else args.frames
+        )
+        rows.append({"name": name, **row})
+        print(json.dumps(rows[-1]), flush=True)
+        if args.json:  # after every row, so a run cut short still leaves its rows
+            Path(args.json).write_text(json.dumps({"card": card, "rows": rows}, indent=2) + "\n")
+    print(plan_bench.format_rows(rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "plot":
         return _plot(args)
     if args.what == "node":
         return _node(args)
+    if args.what == "plan":
+        return _plan(args)
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig

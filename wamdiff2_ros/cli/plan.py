@@ -1,6 +1,8 @@
 """``wamdiff2 plan``: plan one front image with a checkpoint or a random-weight preset; print waypoints.
 
 Heavy imports (torch, transformers) happen inside ``run`` so that ``wamdiff2 --help`` stays fast.
+``--config FILE`` reads a planner parameter file (config/gpu.yaml, ...) through the node's own parameter
+table (``wamdiff2_ros.nodes.params``, which imports no ROS), imported only then.
 """
 
 from __future__ import annotations
@@ -10,9 +12,45 @@ import json
 import sys
 import time
 
-from wamdiff2_ros.decoding.config import COMMIT_RULES, PLAN_STEPS
+from wamdiff2_ros.decoding.config import BACKENDS, COMMIT_RULES, PLAN_STEPS
 
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
+PLAN_BACKENDS = (*BACKENDS, "auto")
+# Planner parameter -> the option it sets (its dest) when --config FILE names it and the flag is not given.
+FROM_CONFIG = {
+    "model.device": "device",
+    "model.dtype": "dtype",
+    "decoder.block_size": "block_size",
+    "decoder.steps": "steps",
+    "decoder.commit_rule": "remasking",
+    "decoder.backend": "backend",
+    "decoder.cuda_graphs": "cuda_graphs",
+    "decoder.compile": "compile",
+    "decoder.threshold": "threshold",
+    "decoder.max_new_tokens": "max_new_tokens",
+    "decoder.grammar": "grammar",
+    "decoder.max_step_m": "max_step_m",
+    "candidates.count": "candidates",
+    "candidates.temperature": "temperature",
+    "candidates.seed": "seed",
+}
+# Defaults of those options when neither the flag nor --config gives them (temperature: see _temperature).
+DEFAULTS = {
+    "device": "cpu",
+    "dtype": "fp32",
+    "block_size": 32,
+    "steps": PLAN_STEPS,
+    "remasking": COMMIT_RULES[0],
+    "backend": "eager",
+    "cuda_graphs": False,
+    "compile": False,
+    "threshold": 0.9,
+    "max_new_tokens": 128,
+    "grammar": True,
+    "max_step_m": 20.0,
+    "candidates": 1,
+    "seed": 0,
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,25 +71,52 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
     source.add_argument("--preset", default="", help="random-weight preset: tiny, 2b or 8b")
-    parser.add_argument("--block-size", type=int, default=32, help="tokens per block B; 1 = AR (default 32)")
     parser.add_argument(
-        "--steps", type=int, default=PLAN_STEPS, help=f"denoising steps per block (default {PLAN_STEPS})"
+        "--config",
+        metavar="FILE",
+        help="planner parameter file (ROS 2 YAML, e.g. config/gpu.yaml): its model.device, model.dtype, "
+        "decoder.* and candidates.* apply (other keys are the node's own); flags given here win",
     )
-    parser.add_argument("--remasking", choices=COMMIT_RULES, default=COMMIT_RULES[0], help="commit rule")
-    parser.add_argument("--threshold", type=float, default=0.9, help="dynamic rule threshold (default 0.9)")
-    parser.add_argument("--candidates", type=int, default=1, help="trajectories decoded in one batch (K)")
+    parser.add_argument("--block-size", type=int, help="tokens per block B; 1 = AR (default 32)")
+    parser.add_argument("--steps", type=int, help=f"denoising steps per block (default {PLAN_STEPS})")
+    parser.add_argument("--remasking", choices=COMMIT_RULES, help=f"commit rule (default {COMMIT_RULES[0]})")
+    parser.add_argument("--threshold", type=float, help="dynamic rule threshold (default 0.9)")
+    parser.add_argument("--candidates", type=int, help="trajectories decoded in one batch (K, default 1)")
     parser.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature (default 0, or 1 when K > 1)"
+        "--temperature",
+        type=float,
+        help="sampling temperature (default 0, or 1 when K > 1; from --config: candidates.temperature "
+        "when K > 1, as the node uses it)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of candidate 0; candidate k uses seed + k")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
+    parser.add_argument("--seed", type=int, help="seed of candidate 0; candidate k uses seed + k (default 0)")
+    parser.add_argument("--max-new-tokens", type=int, help="answer budget (default 128)")
     parser.add_argument(
         "--cache-order", choices=("fused", "reference"), default="fused", help="KV write order"
     )
-    parser.add_argument("--max-step-m", type=float, default=20.0, help="grammar bound per 0.5 s step (m)")
-    parser.add_argument("--no-grammar", action="store_true", help="decode unconstrained (may not parse)")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="weights dtype")
-    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    parser.add_argument("--max-step-m", type=float, help="grammar bound per 0.5 s step (m, default 20)")
+    parser.add_argument(
+        "--grammar",
+        action=argparse.BooleanOptionalAction,
+        help="constrain the answer so it parses (default on; --no-grammar: unconstrained, may not parse)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=PLAN_BACKENDS,
+        help="decoder forward: eager (transformers, the reference; default), sdpa or flashinfer (the fast "
+        "path), auto (flashinfer where installed on a CUDA device, else sdpa)",
+    )
+    parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        help="replay CUDA graphs (fast backends on a CUDA device; default off)",
+    )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the fast backends' lean forward (default off)",
+    )
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="weights dtype (default fp32)")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(func=run)
 
@@ -69,6 +134,59 @@ def _read_image(path: str):
         raise InputError(f"cannot read image {path}: {error}") from error
 
 
+def settings(args: argparse.Namespace) -> tuple[dict, str]:
+    """The options ``FROM_CONFIG`` names, resolved: the flag if given, else the --config file's value, else
+    ``DEFAULTS``; with the temperature and the concrete backend; and where the device came from.
+
+    Raises:
+        InputError: the --config file is unreadable, sets no planner parameters, or sets one badly.
+    """
+    from wamdiff2_ros.decoding.attention import resolve_backend
+    from wamdiff2_ros.errors import InputError
+
+    from_file: dict = {}
+    if args.config:
+        from wamdiff2_ros.nodes.params import PLANNER_PARAMS, read_parameter_file
+
+        try:
+            parameters = read_parameter_file(args.config, "wamdiff2_planner", PLANNER_PARAMS)
+        except (OSError, ValueError) as error:
+            raise InputError(f"--config {args.config}: {error}") from error
+        if not parameters:
+            raise InputError(f"--config {args.config} sets no wamdiff2_planner parameters")
+        from_file = {FROM_CONFIG[k]: v for k, v in parameters.items() if k in FROM_CONFIG}
+    values = {}
+    for dest in FROM_CONFIG.values():
+        given = getattr(args, dest)
+        values[dest] = given if given is not None else from_file.get(dest, DEFAULTS.get(dest))
+    if args.temperature is None:
+        many = values["candidates"] > 1
+        configured = from_file.get("temperature")
+        values["temperature"] = (configured if many else 0.0) if configured is not None else float(many)
+    values["backend"] = resolve_backend(values["backend"], values["device"])
+    origin = (
+        f"model.device in --config {args.config}"
+        if args.device is None and "device" in from_file
+        else "--device"
+    )
+    return values, origin
+
+
+def _require_device(values: dict, origin: str) -> None:
+    """InputError naming the device and where it came from when it is CUDA and torch sees no GPU."""
+    import torch
+
+    from wamdiff2_ros.errors import InputError
+
+    device = values["device"]
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        cpu = "--device cpu" + (" --no-cuda-graphs" if values["cuda_graphs"] else "")
+        raise InputError(
+            f"device {device!r} ({origin}) needs a CUDA GPU, but torch {torch.__version__} finds none "
+            f"(torch.cuda.is_available() is False); plan on the CPU with {cpu}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
@@ -76,21 +194,23 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        temperature = (
-            args.temperature if args.temperature is not None else (1.0 if args.candidates > 1 else 0.0)
-        )
+        values, origin = settings(args)
+        _require_device(values, origin)
         config = DecodeConfig(
-            block_size=args.block_size,
-            steps=args.steps,
-            commit_rule=args.remasking,
-            threshold=args.threshold,
-            temperature=temperature,
-            seed=args.seed,
-            max_new_tokens=args.max_new_tokens,
-            candidates=args.candidates,
+            block_size=values["block_size"],
+            steps=values["steps"],
+            commit_rule=values["remasking"],
+            threshold=values["threshold"],
+            temperature=values["temperature"],
+            seed=values["seed"],
+            max_new_tokens=values["max_new_tokens"],
+            candidates=values["candidates"],
             cache_order=args.cache_order,
-            grammar=not args.no_grammar,
-            max_step_m=args.max_step_m,
+            grammar=values["grammar"],
+            max_step_m=values["max_step_m"],
+            backend=values["backend"],
+            cuda_graphs=values["cuda_graphs"],
+            compile=values["compile"],
         )
         inputs = DrivingInputs(
             image_rgb=_read_image(args.image),
@@ -99,7 +219,11 @@ def run(args: argparse.Namespace) -> int:
             acceleration_mps2=tuple(args.acceleration),
         )
         planner = Planner.from_settings(
-            config, checkpoint=args.checkpoint, preset=args.preset, device=args.device, dtype=args.dtype
+            config,
+            checkpoint=args.checkpoint,
+            preset=args.preset,
+            device=values["device"],
+            dtype=values["dtype"],
         )
         load_s = time.perf_counter() - started
         result = planner.plan(inputs)
@@ -111,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
     parsed = [c.waypoints_ego for c in result.candidates if c.waypoints_ego is not None]
     report = {
         "model": planner.loaded.source,
+        "device": values["device"],
+        "dtype": values["dtype"],
         "waypoints": parsed[0].round(2).tolist() if parsed else None,
         "candidates": [
             {

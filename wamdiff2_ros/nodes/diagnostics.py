@@ -73,6 +73,7 @@ class NodeHealth:
             age = float(np.median(self._input_age_ms)) if self._input_age_ms else float("nan")
             values = {
                 "model_state": self.model_state,
+                **({"model": self.model_message} if self.model_message else {}),
                 "latency_p50_ms": f"{p50:.1f}",
                 "latency_p99_ms": f"{p99:.1f}",
                 "input_age_median_ms": f"{age:.1f}",

@@ -2,7 +2,8 @@
 
 The launch file turns these specs into launch_ros ``Node`` actions; tests start the very same executables
 with the same arguments as processes (launch itself is not installable here), so both stay in step.
-Config presets: ``default`` (generic topics) and ``carla`` (the CARLA ROS bridge, role ``ego_vehicle``).
+Config presets: ``default`` (generic topics) and ``carla`` (the CARLA ROS bridge, role ``ego_vehicle``);
+devices: ``cpu`` (planner.yaml's) and ``cuda`` (config/gpu.yaml on top of the preset).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wamdiff2_ros.nodes.params import PLANNER_PARAMS, read_parameter_file
+
 PACKAGE = "wamdiff2_ros"
 CONFIG_PRESETS = ("default", "carla")
+DEVICES = ("cpu", "cuda")
 TRANSPORT_PROFILE = "fastdds_local_large_data.xml"
 
 # External topic names per preset: planner and scorer inputs are remapped onto them.
@@ -56,13 +60,17 @@ def share_dir() -> Path:
     )
 
 
-def config_files(share_dir: Path, preset: str) -> tuple[Path, ...]:
-    """planner.yaml, then the preset's overrides (later files win)."""
+def config_files(share_dir: Path, preset: str, device: str = "cpu") -> tuple[Path, ...]:
+    """planner.yaml, then the preset's overrides, then gpu.yaml for ``device`` cuda (later files win)."""
     if preset not in CONFIG_PRESETS:
         raise ValueError(f"config preset must be one of {CONFIG_PRESETS}, got {preset!r}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     files = [share_dir / "config" / "planner.yaml"]
     if preset != "default":
         files.append(share_dir / "config" / f"{preset}.yaml")
+    if device == "cuda":
+        files.append(share_dir / "config" / "gpu.yaml")
     return tuple(files)
 
 
@@ -73,6 +81,7 @@ def node_specs(
     model: str = "",
     model_preset: str = "",
     use_sim_time: bool = False,
+    device: str = "cpu",
 ) -> list[NodeSpec]:
     """Planner and scorer as the launch file starts them.
 
@@ -82,11 +91,17 @@ def node_specs(
         model: checkpoint folder; empty keeps the YAML's ``model.checkpoint``.
         model_preset: random-weight model preset; empty keeps the YAML's ``model.preset``.
         use_sim_time: follow /clock (bag replay with --clock, CARLA).
+        device: ``cpu`` or ``cuda`` (adds config/gpu.yaml after the preset's file; the preset's own
+            ``warmup.image_size``, its camera's frame size, still wins over gpu.yaml's).
     """
-    files = config_files(share_dir, preset)
+    files = config_files(share_dir, preset, device)
     topics = TOPICS[preset]
     common = {"use_sim_time": use_sim_time}
     planner_overrides = dict(common)
+    if device == "cuda" and preset != "default":
+        camera = _preset_warmup_size(files[1])
+        if camera:
+            planner_overrides["warmup.image_size"] = camera
     if model:
         planner_overrides["model.checkpoint"] = model
     if model_preset:
@@ -119,6 +134,10 @@ def node_specs(
             ),
         ),
     ]
+
+
+def _preset_warmup_size(preset_file: Path) -> str:
+    return read_parameter_file(preset_file, "wamdiff2_planner", PLANNER_PARAMS).get("warmup.image_size", "")
 
 
 def transport_environment(share_dir: Path, environ: dict | None = None) -> dict[str, str]:

@@ -3,17 +3,23 @@
 The tables are the single source of truth: ``config/planner.yaml`` must list exactly these names with these
 defaults (a test checks it), and the README's parameter table is generated from them (``wamdiff2 params``).
 Names group with dots and carry units (``input.sync_slop_s``), as Autoware does.
+
+Importing this module needs no ROS (rclpy and rcl_interfaces load inside ``declare`` and ``descriptor``):
+``wamdiff2 plan --config`` reads parameter files through these tables where no ROS is installed.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
-
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-from rclpy.node import Node
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from wamdiff2_ros.decoding.config import PLAN_STEPS
+
+if TYPE_CHECKING:
+    from rcl_interfaces.msg import ParameterDescriptor
+    from rclpy.node import Node
 
 
 @dataclass(frozen=True)
@@ -24,8 +30,11 @@ class Param:
     low: float | None = None  # inclusive range for numbers
     high: float | None = None
     choices: tuple[str, ...] = ()  # allowed values for strings
+    pattern: str = ""  # regular expression a string must match in full
 
     def descriptor(self) -> ParameterDescriptor:
+        from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
         description = self.description + (f" One of: {', '.join(self.choices)}." if self.choices else "")
         descriptor = ParameterDescriptor(name=self.name, description=description)
         if isinstance(self.default, bool) or self.low is None:
@@ -44,6 +53,8 @@ class Param:
         """The value, or ValueError naming the parameter, its value and what is allowed."""
         if self.choices and value not in self.choices:
             raise ValueError(f"parameter {self.name} = {value!r}: must be one of {self.choices}")
+        if self.pattern and not (isinstance(value, str) and re.fullmatch(self.pattern, value)):
+            raise ValueError(f"parameter {self.name} = {value!r}: not of the form given: {self.description}")
         if self.low is not None and not isinstance(value, bool) and not self.low <= value <= self.high:
             raise ValueError(f"parameter {self.name} = {value!r}: must be in [{self.low}, {self.high}]")
         return value
@@ -76,8 +87,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "decoder.backend",
         "sdpa",
         "Decoder forward: the fast path (static cache, lean forward; sdpa or flashinfer attention) or eager "
-        "(transformers, the reference it is tested against).",
-        choices=("eager", "sdpa", "flashinfer"),
+        "(transformers, the reference it is tested against); auto: flashinfer where it is installed and "
+        "model.device is CUDA, else sdpa.",
+        choices=("eager", "sdpa", "flashinfer", "auto"),
     ),
     Param("decoder.cuda_graphs", False, "Replay CUDA graphs (fast backends on a CUDA device only)."),
     Param(
@@ -103,6 +115,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         2.0,
     ),
     Param("candidates.seed", 0, "Seed of the candidate sampler.", 0, 2**31 - 1),
+    Param(
+        "warmup.image_size",
+        "",
+        "Camera frame size WIDTHxHEIGHT (e.g. 1920x1080) the model plans (and, with detections on, "
+        "detects) once at start-up before it reports ready, so that the first real frame finds compiled "
+        "code, CUDA graphs and grammar tables ready; empty: no warm-up.",
+        pattern=r"|[1-9][0-9]{0,4}x[1-9][0-9]{0,4}",
+    ),
     Param("input.compressed", False, "Subscribe to sensor_msgs/CompressedImage instead of Image."),
     Param(
         "input.sync_slop_s",
@@ -192,6 +212,74 @@ SCORER_PARAMS: tuple[Param, ...] = (
     Param("camera.pitch_down_rad", 0.03, "Downward pitch of the camera, rad.", -0.5, 0.5),
     Param("diagnostics.period_s", 1.0, "Period of /diagnostics status messages, seconds.", 0.1, 60.0),
 )
+
+
+# Declared by rclpy itself on every node, so never in the tables.
+RCLPY_PARAMETERS = ("use_sim_time", "start_type_description_service")
+
+
+def image_size_hw(text: str) -> tuple[int, int] | None:
+    """``"WIDTHxHEIGHT"`` as (height, width); None for the empty string (``warmup.image_size``)."""
+    if not text:
+        return None
+    width, height = (int(part) for part in text.split("x"))
+    return height, width
+
+
+def read_parameter_file(path: str | Path, node: str, table: tuple[Param, ...]) -> dict[str, Any]:
+    """The parameters a ROS 2 parameter file sets for ``node``, checked against ``table``.
+
+    Sections that apply: ``/**``, ``node``, ``/node`` and ``/<namespace>/node`` (``/**/node``), in file
+    order (later ones win); nested mappings under ``ros__parameters`` are dotted names, as ROS reads them.
+    A file without a section for the node sets nothing; parameters every rclpy node declares itself
+    (``use_sim_time``, ``qos_overrides.*``, ...) are left out.
+
+    Raises:
+        ValueError: unreadable YAML, an unknown parameter, a value of the wrong type (an int where a float
+            is declared, as rclpy refuses) or outside its range or choices; names the file and parameter.
+        OSError: the file cannot be read.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not YAML: {error}") from error
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: a ROS 2 parameter file maps node names to ros__parameters")
+    declared = {param.name: param for param in table}
+    values: dict[str, Any] = {}
+    for section, body in document.items():
+        if not (section == "/**" or str(section).split("/")[-1] == node):
+            continue
+        parameters = body.get("ros__parameters") if isinstance(body, dict) else None
+        if not isinstance(parameters, dict):
+            raise ValueError(f"{path}: section {section} has no ros__parameters mapping")
+        for name, value in _flatten(parameters).items():
+            if name in RCLPY_PARAMETERS or name.startswith("qos_overrides."):
+                continue
+            param = declared.get(name)
+            if param is None:
+                raise ValueError(f"{path}: {node} has no parameter {name}")
+            if type(value) is not type(param.default):
+                raise ValueError(
+                    f"{path}: parameter {name} = {value!r} is a {type(value).__name__}, "
+                    f"declared as {type(param.default).__name__}"
+                )
+            try:
+                values[name] = param.check(value)
+            except ValueError as error:
+                raise ValueError(f"{path}: {error}") from error
+    return values
+
+
+def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        flat.update(_flatten(value, f"{name}.") if isinstance(value, dict) else {name: value})
+    return flat
 
 
 def declare(node: Node, table: tuple[Param, ...]) -> dict[str, Any]:

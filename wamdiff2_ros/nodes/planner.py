@@ -3,7 +3,9 @@
 Threads: the executor thread only converts and synchronises inputs (cheap) and hands matched frames to a
 newest-input-wins worker, which runs the model; results are published from the worker thread. A slow model
 therefore drops stale frames (counted) and never starves the state callbacks. The model loads on a thread
-of its own at start-up while diagnostics report "loading".
+of its own at start-up while diagnostics report "loading", then, with ``warmup.image_size`` set, warms up at
+that frame size (``Planner.warm_up``: plan, and detect if detections are on) while they report "warming up";
+frames arriving before the model is ready are counted (``frames_before_model_ready``), never queued.
 
 Topics (private, remapped by the launch file):
   in:  ~/input/image (sensor_msgs/Image, or ~/input/image/compressed with input.compressed),
@@ -30,9 +32,11 @@ from sensor_msgs.msg import CompressedImage, Image, Imu
 from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
 
+from wamdiff2_ros.decoding.attention import resolve_backend
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
+from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.msg import (
     CandidateTrajectories,
     Detection2D,
@@ -54,10 +58,9 @@ from wamdiff2_ros.nodes.diagnostics import NodeHealth
 from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
 from wamdiff2_ros.nodes.markers import draw_boxes, trajectory_markers
-from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare
+from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare, image_size_hw
 from wamdiff2_ros.nodes.sync import ApproximateSync, Match
 from wamdiff2_ros.nodes.worker import LatestInputWorker
-from wamdiff2_ros.sim.export import detection_user_text
 
 COMMAND_WORDS = {
     DrivingCommand.LEFT: "left",
@@ -139,8 +142,9 @@ class PlannerNode(Node):
             max_step_m=p["decoder.max_step_m"],
             candidates=count,
             temperature=p["candidates.temperature"] if count > 1 else 0.0,
+            greedy_first=count > 1,
             seed=p["candidates.seed"],
-            backend=p["decoder.backend"],
+            backend=resolve_backend(p["decoder.backend"], p["model.device"]),
             cuda_graphs=p["decoder.cuda_graphs"],
             compile=p["decoder.compile"],
         )
@@ -164,9 +168,32 @@ class PlannerNode(Node):
             self.health.set_model_state("error", f"{type(error).__name__}: {error}")
             self.get_logger().error(f"model {source} failed to load: {error}")
             return
-        self.planner = planner
-        self.health.set_model_state("ready", f"{planner.name} in {time.perf_counter() - started:.1f} s")
-        self.get_logger().info(f"model {planner.name} ready on {p['model.device']}")
+        message = f"{planner.name} in {time.perf_counter() - started:.1f} s"
+        image_hw = image_size_hw(p["warmup.image_size"])
+        if image_hw is not None:
+            message += self._warm_up(planner, image_hw)
+        self.planner = planner  # from here on frames reach the worker
+        self.health.set_model_state("ready", message)
+        self.get_logger().info(f"model {message}: ready on {p['model.device']} ({planner.config.backend})")
+
+    def _warm_up(self, planner: Planner, image_hw: tuple[int, int]) -> str:
+        """Plan (and detect, if the node will) once at the camera's frame size, so the first real frame finds
+        compiled code, CUDA graphs and grammar tables ready. A failed warm-up is a diagnosed problem, not a
+        dead node: planning goes on (its first frames may be slow, or fail and fall back)."""
+        detect = self.params["output.detections_every_n"] > 0
+        what = f"{image_hw[1]}x{image_hw[0]} frame" + (" with detection" if detect else "")
+        self.health.set_model_state("warming up", f"{planner.name} on a {what}")
+        self.get_logger().info(f"warming {planner.name} up on a {what}")
+        try:
+            seconds = planner.warm_up(
+                image_hw, detect=detect, detect_max_tokens=self.params["output.detections_max_tokens"]
+            )
+        except Exception as error:  # reported as a problem; the node stays up
+            reason = f"{type(error).__name__}: {error}"
+            self.health.problem("warmup", reason)
+            self.get_logger().error(f"warm-up failed, planning without it: {reason}")
+            return f", warm-up failed ({reason})"
+        return f", warmed up in {seconds:.1f} s"
 
     # --- inputs (executor thread) --------------------------------------------------------------------
 
