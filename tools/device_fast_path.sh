@@ -30,12 +30,12 @@ jit=$!
 tests=$1
 shift
 if [ -n "$tests" ]; then
-  python3 -m pytest $tests -k "not flashinfer" -p no:cacheprovider -q -rs 2>&1 | tee "$OUT/gpu_tests.log"
+  timeout ${TEST_TIMEOUT:-600} python3 -m pytest $tests -k "not flashinfer" -p no:cacheprovider -q -rs 2>&1 | tee "$OUT/gpu_tests.log"
 fi
 wait $jit
 cat "$OUT/jit.log"
 if [ -n "$tests" ]; then
-  python3 -m pytest $tests -k flashinfer -p no:cacheprovider -q -rs 2>&1 | tee -a "$OUT/gpu_tests.log"
+  timeout ${TEST_TIMEOUT:-600} python3 -m pytest $tests -k flashinfer -p no:cacheprovider -q -rs 2>&1 | tee -a "$OUT/gpu_tests.log"
 fi
 for bench in "$@"; do
   python3 -m wamdiff2_ros.cli.main bench $bench 2>&1 | tee -a "$OUT/bench.log"
