@@ -70,7 +70,8 @@ def step_tail(
     logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
     if grammar is None:
         if config.suppress_mask_token:
-            logits = logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+            column = torch.arange(logits.shape[-1], device=logits.device)  # no host tensor: capture-safe
+            logits = logits.masked_fill(column == mask_id, float("-inf"))
         dead = torch.zeros((), dtype=torch.bool, device=logits.device)
     else:
         allowed = grammar.allowed(budget[0], tokens, masked, budget[1], budget[2])
@@ -140,7 +141,9 @@ class DeviceSteps:
         rows, size = cache.rows, cache.block_size
         self.cache, self.config, self.ids, self.cuda_graphs = cache, config, ids, cuda_graphs
         self.grammar = None if grammar is None else DeviceGrammar(grammar, device, ids.mask)
-        columns = len(grammar.token_ids) if grammar is not None else cache.model.lm_head.weight.shape[0]
+        probe = torch.zeros(1, 1, cache.model.lm_head.weight.shape[1], dtype=cache.model.dtype, device=device)
+        token_ids = None if self.grammar is None else self.grammar.token_ids
+        columns = head_logits(cache.model, probe, token_ids).shape[-1]  # a reduced head scores all ids
         zeros = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.tokens, self.masked = zeros(rows, size), zeros(rows, size, dtype=torch.bool)
         self.pending, self.x0 = zeros(rows, size), zeros(rows, size)
