@@ -56,6 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--frames", type=int, default=30, help="node: frames to publish; plan: frames timed (default 30)"
     )
+    parser.add_argument("--encoding", choices=("bgr8", "bgra8"), default="bgr8", help="node: frame encoding")
+    parser.add_argument("--row-padding", type=int, default=0, help="node: bytes after each frame row")
     parser.add_argument(
         "--no-compile", action="store_true", help="plan: fast rows without torch.compile (minutes less setup)"
     )
@@ -203,6 +205,8 @@ def _node(args: argparse.Namespace) -> int:
             rate_hz=args.rate_hz,
             frames=args.frames,
             frame=args.frame,
+            encoding=args.encoding,
+            row_padding=args.row_padding,
             overrides=overrides,
             log=Path(folder) / "planner.log",
         )
@@ -212,6 +216,8 @@ def _node(args: argparse.Namespace) -> int:
         "image": f"{width}x{height}",
         "rate_hz": args.rate_hz,
         "frame": str(args.frame) if args.frame else "seeded noise",
+        "encoding": args.encoding,
+        "row_padding": args.row_padding,
         "set": args.set,
     }
     print(json.dumps(card | result))

@@ -70,8 +70,8 @@ def step_tail(
     logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
     if grammar is None:
         if config.suppress_mask_token:
-            column = torch.arange(logits.shape[-1], device=logits.device)  # no host tensor: capture-safe
-            logits = logits.masked_fill(column == mask_id, float("-inf"))
+            logits = logits.clone()  # an index write, as step.constrain does (Inductor miscompiles a mask)
+            logits[..., mask_id] = float("-inf")
         dead = torch.zeros((), dtype=torch.bool, device=logits.device)
     else:
         allowed = grammar.allowed(budget[0], tokens, masked, budget[1], budget[2])

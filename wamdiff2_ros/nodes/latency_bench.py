@@ -46,11 +46,14 @@ def measure(
     overrides: dict,
     log: Path,
     frame: Path | None = None,
+    encoding: str = "bgr8",
+    row_padding: int = 0,
 ) -> dict:
     """Publish ``frames`` frames at ``rate_hz`` into a fresh planner process; latency statistics in ms.
 
     The frame is the image file ``frame`` resized to ``width`` x ``height``, else seeded noise (out of any
-    trained model's distribution: the slowest case for a dynamic commit rule).
+    trained model's distribution: the slowest case for a dynamic commit rule), sent as ``encoding`` (bgr8, or
+    bgra8 as the CARLA bridge sends it) with ``row_padding`` bytes after each row (``step`` > width x bytes).
     """
     if frame is None:
         pixels = np.random.default_rng(0).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
@@ -63,16 +66,31 @@ def measure(
     planner = start_planner(preset, device, overrides, log)
     try:
         return with_node(
-            "wamdiff2_latency_bench", lambda node: _drive(node, planner, log, pixels, rate_hz, frames)
+            "wamdiff2_latency_bench",
+            lambda node: _drive(
+                node, planner, log, camera_image(pixels, encoding, row_padding), rate_hz, frames
+            ),
         )
     finally:
         planner.terminate()
         planner.wait(10)
 
 
-def _drive(
-    node, planner: subprocess.Popen, log: Path, pixels: np.ndarray, rate_hz: float, frames: int
-) -> dict:
+def camera_image(pixels_bgr: np.ndarray, encoding: str, row_padding: int):
+    """A ``sensor_msgs/Image`` of ``pixels_bgr`` in ``encoding`` (bgr8 or bgra8), each row followed by
+    ``row_padding`` bytes."""
+    if encoding == "bgra8":
+        alpha = np.full((*pixels_bgr.shape[:2], 1), 255, dtype=np.uint8)
+        pixels_bgr = np.concatenate([pixels_bgr, alpha], axis=2)
+    image = numpy_to_image(pixels_bgr, encoding)
+    if row_padding:
+        rows = np.frombuffer(bytes(image.data), dtype=np.uint8).reshape(image.height, image.step)
+        image.data = np.pad(rows, ((0, 0), (0, row_padding))).tobytes()
+        image.step += row_padding
+    return image
+
+
+def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, frames: int) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
 
@@ -87,7 +105,7 @@ def _drive(
     odometry_publisher = node.create_publisher(Odometry, INPUTS["odometry"], qos.RELIABLE)
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
-    deadline = time.monotonic() + 180.0
+    deadline = time.monotonic() + 600.0  # a GPU planner warms up (compile, capture) before it is ready
     while " ready on " not in log.read_text():
         if planner.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"planner did not start:\n{log.read_text()[-2000:]}")
@@ -102,7 +120,6 @@ def _drive(
         if time.monotonic() > deadline:
             raise RuntimeError("the planner's topics were never matched (DDS discovery)")
         executor.spin_once(timeout_sec=0.05)
-    image = numpy_to_image(pixels, "bgr8")
     sent: list[int] = []
     next_send = time.monotonic() + 0.5  # the planner's side of the match may lag ours
     while len(sent) < frames:
