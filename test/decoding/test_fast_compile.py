@@ -86,7 +86,7 @@ def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
         )
     names = ("tokens", "masked", "x0", "logits", "counted", "dead")
     for name, expected, actual in zip(names, eager, fast, strict=True):
-        assert torch.equal(actual, expected), name
+        assert (actual is expected is None) or torch.equal(actual, expected), name
     assert int(eager[4]) == 1 and bool((eager[1] != masked).any())  # the step committed something
 
 

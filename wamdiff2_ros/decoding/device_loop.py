@@ -64,8 +64,8 @@ def step_tail(
 
     Returns:
         (tokens, masked, x0, logits, counted, dead): the block after the step, this step's candidates and
-        constrained logits (K, B, C), () int64 1 if some position was masked before the step, and () bool
-        True if the grammar left a masked position without any allowed token (a bug).
+        constrained logits (K, B, C; None without a grammar), () int64 1 if some position was masked before
+        the step, and () bool True if the grammar left a masked position without any allowed token (a bug).
     """
     logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
     if grammar is None:
@@ -85,7 +85,10 @@ def step_tail(
     if grammar is not None:
         score = commit_rules.priority(confidence, config.commit_rule)
         commit = grammar.accept(commit, score, x0, tokens, masked, budget[0], budget[1], budget[2])
-    return torch.where(commit, x0, tokens), masked & ~commit, x0, logits, masked.any().long(), dead
+    # Only the grammar's leftover fill reads the logits: without one, returning (K, B, 151,936) floats would
+    # cost a write per step (and made Inductor 2.11 miscompile the argmax over a reduced head).
+    kept = logits if grammar is not None else None
+    return torch.where(commit, x0, tokens), masked & ~commit, x0, kept, masked.any().long(), dead
 
 
 def block_end(
@@ -141,9 +144,7 @@ class DeviceSteps:
         rows, size = cache.rows, cache.block_size
         self.cache, self.config, self.ids, self.cuda_graphs = cache, config, ids, cuda_graphs
         self.grammar = None if grammar is None else DeviceGrammar(grammar, device, ids.mask)
-        probe = torch.zeros(1, 1, cache.model.lm_head.weight.shape[1], dtype=cache.model.dtype, device=device)
-        token_ids = None if self.grammar is None else self.grammar.token_ids
-        columns = head_logits(cache.model, probe, token_ids).shape[-1]  # a reduced head scores all ids
+        columns = 0 if grammar is None else len(grammar.token_ids)  # the fill's logits: grammar only
         zeros = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.tokens, self.masked = zeros(rows, size), zeros(rows, size, dtype=torch.bool)
         self.pending, self.x0 = zeros(rows, size), zeros(rows, size)
@@ -209,7 +210,8 @@ class DeviceSteps:
         self.tokens.copy_(tokens)
         self.masked.copy_(masked)
         self.x0.copy_(x0)
-        self.logits.copy_(logits)
+        if logits is not None:
+            self.logits.copy_(logits)
 
     def _end(self) -> None:
         tokens, states, finished = self.end(
