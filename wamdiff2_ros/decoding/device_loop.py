@@ -30,6 +30,7 @@ from wamdiff2_ros.decoding.step import step_schedule
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
+from wamdiff2_ros.model.vocab import kept_embedding
 
 
 def step_tail(
@@ -155,8 +156,11 @@ class DeviceSteps:
         self.sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first, device)
         self.pool = torch.cuda.graph_pool_handle() if cuda_graphs else None
         self.graphs: dict[object, torch.cuda.CUDAGraph] = {}
-        # Compiled, a step's head, grammar, sampling and commit take a few kernels instead of hundreds.
-        self.tail = compiled(step_tail) if cache.decoder.compile else step_tail
+        # Compiled, a step's head, grammar, sampling and commit take a few kernels instead of hundreds. Not
+        # for a reduced head without a grammar: Inductor 2.11 fails to generate the argmax over its scattered
+        # full-vocabulary logits on CUDA (2026-12-01, test_fast_gpu's reduced-vocabulary compiled rows).
+        reduced_free = grammar is None and kept_embedding(cache.model) is not None
+        self.tail = compiled(step_tail) if cache.decoder.compile and not reduced_free else step_tail
         self.end = compiled(block_end) if cache.decoder.compile else block_end
 
     @property
