@@ -121,6 +121,24 @@ def plan_once(planner, image: Image | None = None, vx: float = 5.0) -> tuple[Pla
 
 
 @pytest.mark.ros
+def test_diagnostics_report_the_median_of_each_plan_stage(planner) -> None:
+    process, probe, _ = planner
+    plan_once(planner)
+
+    def stages() -> dict[str, str]:
+        for report in reversed(probe.received["/diagnostics"]):
+            values = {kv.key: kv.value for s in report.status for kv in s.values}
+            if "stage_p50_ms.decode" in values:
+                return values
+        return {}
+
+    assert probe.spin_until(lambda: bool(stages()), 10), node_output(process)
+    for stage in ("preprocess", "vision", "prefill", "decode", "parse"):
+        assert float(stages()[f"stage_p50_ms.{stage}"]) >= 0.0
+    assert float(stages()["stage_p50_ms.decode"]) > 0.0
+
+
+@pytest.mark.ros
 def test_frame_and_odometry_produce_a_well_formed_trajectory(planner) -> None:
     trajectory, stamp = plan_once(planner)
     assert trajectory.header.stamp == stamp and trajectory.header.frame_id == "ego_vehicle"

@@ -24,6 +24,8 @@ class NodeHealth:
         self._lock = threading.Lock()
         self._latencies_ms: deque[float] = deque(maxlen=window)
         self._input_age_ms: deque[float] = deque(maxlen=window)
+        self._stages_ms: dict[str, deque[float]] = {}
+        self._window = window
         self.counts: Counter[str] = Counter()
         self._problems: dict[str, str] = {}
         self._new_problems: set[str] = set()
@@ -38,6 +40,12 @@ class NodeHealth:
         with self._lock:
             self._latencies_ms.append(latency_ms)
             self._input_age_ms.append(input_age_ms)
+
+    def record_stages(self, stages_ms: dict[str, float]) -> None:
+        """Per-stage times of one plan (``Planner.plan``'s ``stages_s`` in ms); their medians are reported."""
+        with self._lock:
+            for stage, value in stages_ms.items():
+                self._stages_ms.setdefault(stage, deque(maxlen=self._window)).append(value)
 
     def count(self, key: str, amount: int = 1) -> None:
         with self._lock:
@@ -77,6 +85,7 @@ class NodeHealth:
                 "latency_p50_ms": f"{p50:.1f}",
                 "latency_p99_ms": f"{p99:.1f}",
                 "input_age_median_ms": f"{age:.1f}",
+                **{f"stage_p50_ms.{k}": f"{np.median(v):.1f}" for k, v in self._stages_ms.items()},
                 **{key: str(value) for key, value in sorted(self.counts.items())},
                 **{f"last_problem.{kind}": reason for kind, reason in sorted(self._problems.items())},
                 **(extra or {}),

@@ -153,7 +153,7 @@ class PlannerNode(Node):
         p = self.params
         preset = f"preset {p['model.preset']}" if p["model.preset"] else "the default model"
         source = p["model.checkpoint"] or preset
-        self.health.set_model_state("loading", source)
+        self._set_model_state("loading", source)
         started = time.perf_counter()
         try:
             planner = Planner.from_settings(
@@ -165,7 +165,7 @@ class PlannerNode(Node):
                 max_pixels=p["input.max_pixels"] or None,
             )
         except Exception as error:  # reported as an ERROR diagnostic; the node stays up
-            self.health.set_model_state("error", f"{type(error).__name__}: {error}")
+            self._set_model_state("error", f"{type(error).__name__}: {error}")
             self.get_logger().error(f"model {source} failed to load: {error}")
             return
         message = f"{planner.name} in {time.perf_counter() - started:.1f} s"
@@ -173,7 +173,7 @@ class PlannerNode(Node):
         if image_hw is not None:
             message += self._warm_up(planner, image_hw)
         self.planner = planner  # from here on frames reach the worker
-        self.health.set_model_state("ready", message)
+        self._set_model_state("ready", message)
         self.get_logger().info(f"model {message}: ready on {p['model.device']} ({planner.config.backend})")
 
     def _warm_up(self, planner: Planner, image_hw: tuple[int, int]) -> str:
@@ -182,7 +182,7 @@ class PlannerNode(Node):
         dead node: planning goes on (its first frames may be slow, or fail and fall back)."""
         detect = self.params["output.detections_every_n"] > 0
         what = f"{image_hw[1]}x{image_hw[0]} frame" + (" with detection" if detect else "")
-        self.health.set_model_state("warming up", f"{planner.name} on a {what}")
+        self._set_model_state("warming up", f"{planner.name} on a {what}")
         self.get_logger().info(f"warming {planner.name} up on a {what}")
         try:
             seconds = planner.warm_up(
@@ -333,6 +333,7 @@ class PlannerNode(Node):
         self._publish(header, trajectory, candidates, match.state)
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e6
         self.health.record_latency(info.latency_ms, age_ms)
+        self.health.record_stages({stage: value * 1e3 for stage, value in output.stages_s.items()})
         self.pub_processing.publish(Float64(data=seconds * 1e3))
         self._maybe_detect(match.frame)
 
@@ -430,6 +431,11 @@ class PlannerNode(Node):
         self.health.count("plans_published")
 
     # --- diagnostics ---------------------------------------------------------------------------------
+
+    def _set_model_state(self, state: str, message: str = "") -> None:
+        """Change the model state and report it at once (a warm-up may be shorter than the report period)."""
+        self.health.set_model_state(state, message)
+        self._publish_diagnostics()
 
     def _publish_diagnostics(self) -> None:
         now = time.monotonic()
