@@ -10,8 +10,10 @@ import torch
 
 from wamdiff2_ros.errors import CheckpointError
 from wamdiff2_ros.model.checkpoint import (
+    INDEX,
     MANIFEST,
     PREPROCESSOR,
+    PROCESSOR,
     WEIGHTS,
     load_checkpoint,
     read_pixel_budget,
@@ -142,4 +144,38 @@ def test_pixel_budget_travels_with_the_checkpoint(tiny_model, tmp_path):
 def test_bad_pixel_budget_is_a_checkpoint_error(copy, content):
     (copy / PREPROCESSOR).write_text(content)
     with pytest.raises(CheckpointError, match=PREPROCESSOR):
+        load_checkpoint(copy)
+
+
+def test_a_folder_written_by_transformers_save_pretrained_loads(tiny_model, tokenizer, tmp_path):
+    # The layout Hugging Face publishes Qwen3-VL models in: sharded safetensors with their index, and the
+    # image processor's budget as size.shortest_edge / size.longest_edge (no min_pixels / max_pixels).
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    folder = tmp_path / "hf"
+    tiny_model.save_pretrained(folder, max_shard_size="2MB")
+    tokenizer.save_pretrained(folder)
+    Qwen2VLImageProcessorPil(
+        min_pixels=3136, max_pixels=200_704, patch_size=16, merge_size=2
+    ).save_pretrained(folder)
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) > 1 and (folder / INDEX).is_file()
+    assert "min_pixels" not in json.loads((folder / PREPROCESSOR).read_text())
+    loaded = load_checkpoint(folder)
+    assert loaded.max_pixels == 200_704 and read_pixel_budget(folder) == (3136, 200_704)
+    for name, tensor in tiny_model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor), name
+
+
+def test_the_budget_is_read_from_processor_config_when_no_preprocessor_config(copy):
+    # transformers 5 writes a processor's image settings under "image_processor" in processor_config.json.
+    (copy / PREPROCESSOR).unlink(missing_ok=True)
+    settings = {"image_processor": {"size": {"shortest_edge": 12_544, "longest_edge": 1_003_520}}}
+    (copy / PROCESSOR).write_text(json.dumps({"processor_class": "Qwen3VLProcessor", **settings}))
+    assert read_pixel_budget(copy) == (12_544, 1_003_520)
+    assert load_checkpoint(copy).max_pixels == 1_003_520
+
+
+def test_a_size_budget_that_is_not_integers_names_both_forms(copy):
+    (copy / PREPROCESSOR).write_text(json.dumps({"size": {"shortest_edge": "small", "longest_edge": 4}}))
+    with pytest.raises(CheckpointError, match=r"size\.shortest_edge"):
         load_checkpoint(copy)

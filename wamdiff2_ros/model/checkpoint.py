@@ -28,6 +28,7 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 # Image resize budget the model was trained with, in the Qwen2-VL processor's keys.
 PREPROCESSOR = "preprocessor_config.json"
+PROCESSOR = "processor_config.json"
 # model_type of the reference's renamed copy of Qwen3-VL (reference modeling_wam_diff2.py); same fields.
 ACCEPTED_MODEL_TYPES = ("qwen3_vl", "wam_diff2")
 
@@ -88,23 +89,50 @@ def save_checkpoint(
     return folder
 
 
+def _budget_of(settings: dict) -> tuple[object, object] | None:
+    """(min, max) pixels of an image processor's settings in either form transformers has written:
+    ``min_pixels`` / ``max_pixels`` (Qwen2-VL, and this project's files) or ``size`` with ``shortest_edge`` /
+    ``longest_edge`` (Qwen3-VL's published checkpoints; the edges are areas in pixels there)."""
+    if "min_pixels" in settings or "max_pixels" in settings:
+        return settings.get("min_pixels"), settings.get("max_pixels")
+    size = settings.get("size")
+    if isinstance(size, dict) and ("shortest_edge" in size or "longest_edge" in size):
+        return size.get("shortest_edge"), size.get("longest_edge")
+    return None
+
+
 def read_pixel_budget(folder: str | Path) -> tuple[int, int] | None:
-    """(min_pixels, max_pixels) from the folder's ``preprocessor_config.json``; None when it has none.
+    """(min_pixels, max_pixels) of the folder's image processor; None when it states none.
+
+    Read from ``preprocessor_config.json``, else from ``processor_config.json`` (where transformers 5 writes
+    a processor's image settings under ``image_processor``), in either form of ``_budget_of``.
 
     Raises:
-        CheckpointError: the file exists but does not hold two positive integers.
+        CheckpointError: the file is unreadable, or its budget is not two integers 0 < min <= max.
     """
-    path = Path(folder) / PREPROCESSOR
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        low, high = int(data["min_pixels"]), int(data["max_pixels"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{path}: needs integer min_pixels and max_pixels ({error})") from error
-    if not 0 < low <= high:
-        raise CheckpointError(f"{path}: need 0 < min_pixels <= max_pixels, got {low}, {high}")
-    return low, high
+    for name, key in ((PREPROCESSOR, None), (PROCESSOR, "image_processor")):
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise CheckpointError(f"{path} is unreadable: {error}") from error
+        settings = data.get(key, {}) if key else data
+        budget = _budget_of(settings) if isinstance(settings, dict) else None
+        if budget is None:
+            continue
+        try:
+            low, high = int(budget[0]), int(budget[1])
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(
+                f"{path}: needs integer min_pixels and max_pixels (or size.shortest_edge and "
+                f"size.longest_edge), got {budget[0]!r} and {budget[1]!r}"
+            ) from error
+        if not 0 < low <= high:
+            raise CheckpointError(f"{path}: need 0 < min_pixels <= max_pixels, got {low}, {high}")
+        return low, high
+    return None
 
 
 def read_config(folder: Path) -> Qwen3VLConfig:
