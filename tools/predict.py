@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from wamdiff2_ros.decoding.config import COMMIT_RULES, DecodeConfig
+from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
 from wamdiff2_ros.model.image import MIN_PIXELS
@@ -45,7 +46,9 @@ def main() -> None:
     parser.add_argument("--task", choices=tuple(MAX_NEW_TOKENS), default="planning")
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=0, help="denoising steps per block (0 = block size)")
-    parser.add_argument("--rule", choices=COMMIT_RULES, default="low_confidence_dynamic", help="commit rule")
+    parser.add_argument(
+        "--rule", choices=commit_rules.names(), default="low_confidence_dynamic", help="commit rule"
+    )
     parser.add_argument("--threshold", type=float, default=0.9, help="dynamic commit rule's threshold")
     parser.add_argument("--samples", type=int, default=0, help="first N records (0 = all)")
     parser.add_argument(

@@ -12,7 +12,8 @@ import json
 import sys
 import time
 
-from wamdiff2_ros.decoding.config import BACKENDS, COMMIT_RULES, PLAN_STEPS
+from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS
 
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
 PLAN_BACKENDS = (*BACKENDS, "auto")
@@ -40,7 +41,7 @@ DEFAULTS = {
     "dtype": "fp32",
     "block_size": 32,
     "steps": PLAN_STEPS,
-    "remasking": COMMIT_RULES[0],
+    "remasking": commit_rules.names()[0],
     "backend": "eager",
     "cuda_graphs": False,
     "compile": False,
@@ -79,7 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--block-size", type=int, help="tokens per block B; 1 = AR (default 32)")
     parser.add_argument("--steps", type=int, help=f"denoising steps per block (default {PLAN_STEPS})")
-    parser.add_argument("--remasking", choices=COMMIT_RULES, help=f"commit rule (default {COMMIT_RULES[0]})")
+    parser.add_argument(
+        "--remasking", choices=commit_rules.names(), help=f"commit rule (default {commit_rules.names()[0]})"
+    )
     parser.add_argument("--threshold", type=float, help="dynamic rule threshold (default 0.9)")
     parser.add_argument("--candidates", type=int, help="trajectories decoded in one batch (K, default 1)")
     parser.add_argument(

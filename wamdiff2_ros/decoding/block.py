@@ -1,16 +1,22 @@
-"""Block-diffusion decoder: prefill, denoising steps per block over the exact KV cache, commit, cache write.
+"""Block-diffusion decoding: the one block loop, and its host step.
 
-Reference: modeling_wam_diff2.py:2143-2580 (shared/research/wamdiff2_reference.md §2). Blocks of B tokens
-start as mask tokens at the prompt end; each step scores the block over the cache, commits positions by the
-rule, and the finished block enters the cache either by one clean forward (``cache_order="reference"``) or
-inside the first step of the next block (``"fused"``). B = 1 is autoregressive decoding (no logit shift:
-the mask slot at position i predicts token i).
+Reference: modeling_wam_diff2.py:2143-2580 (docs/REFERENCE.md). Blocks of B tokens start as mask tokens at
+the prompt end; each step scores the block over the cache, commits positions by the rule, and the finished
+block enters the cache either by one clean forward (``cache_order="reference"``) or inside the first step of
+the next block (``"fused"``). B = 1 is autoregressive decoding (no logit shift: the mask slot at position i
+predicts token i).
+
+``run_blocks`` owns what every block decoder shares: prefill, the budget of each block, the step cap and the
+early exit, the cache write of a finished block, the answer and its result. What a step is, is plugged in:
+``HostSteps`` here (grammar and sampling on the host, per row: the CPU path, and the twin) or
+``device_loop.DeviceSteps`` (everything on the device, whole steps replayed from CUDA graphs).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from typing import Protocol
 
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
@@ -26,7 +32,199 @@ from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
 
 
+class Steps(Protocol):
+    """What ``run_blocks`` needs of a step implementation (the state of K rows over one block)."""
+
+    device: torch.device
+
+    def start(self, seed: int) -> None:
+        """A new answer: rows unfinished, grammar at its start, sampler at draw 0 of ``seed``."""
+
+    def start_block(self, limit: int, tokens_after: int) -> None:
+        """A new block, all masked (finished rows: <|im_end|>); positions >= limit lie past the budget."""
+
+    def block_committed(self, step: int) -> bool:
+        """Before step ``step`` (> 0): is nothing left masked (may read the device)?"""
+
+    def step(self, step: int, count: int | None) -> None:
+        """One denoising step committing ``count`` tokens (the schedule's; None: the dynamic rule)."""
+
+    def end_block(self) -> torch.Tensor:
+        """Fill what is still masked, advance the grammar; (K, B) the block's final tokens."""
+
+    def steps_taken(self) -> int | torch.Tensor:
+        """Steps of this block in which some row still had a mask."""
+
+    def all_finished(self) -> bool:
+        """Has every row written <|im_end|> (reads the device; raises on a grammar dead end)?"""
+
+    def hold(self, block: torch.Tensor) -> None:
+        """Fused order: write ``block`` to the cache inside the next block's first step."""
+
+
 @torch.no_grad()
+def run_blocks(
+    cache,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: PromptTensors,
+    config: DecodeConfig,
+    steps: Steps,
+    ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
+) -> DecodeResult:
+    """Decode ``config.candidates`` answers to one prompt, block by block.
+
+    Args:
+        cache: the KV cache the steps run over (``kv_cache.BlockCache`` or ``static_cache.StaticBlockCache``).
+        tokenizer: turns answer tokens into text.
+        prompt: the prompt tensors.
+        config: decode settings (block size, steps, rule, seed, budget, cache order).
+        steps: the step implementation.
+        ids: special token ids.
+
+    Returns:
+        The candidates (cut at the first <|im_end|> and at max_new_tokens) and the costs.
+    """
+    started = time.perf_counter()
+    size = config.block_size
+    schedule = step_schedule(config)
+    step_cap = len(schedule) if schedule is not None else config.steps
+    num_blocks = math.ceil(config.max_new_tokens / size)
+    cache.forwards = 0
+    cache.prefill(prompt)
+    prefill_s = time.perf_counter() - started
+    answer = torch.full(
+        (config.candidates, num_blocks * size), ids.eos, dtype=torch.int64, device=steps.device
+    )
+    steps.start(config.seed)
+    steps_per_block = []
+    for block_index in range(num_blocks):
+        start = block_index * size
+        steps.start_block(
+            min(size, config.max_new_tokens - start), max(0, config.max_new_tokens - start - size)
+        )
+        for step in range(step_cap):
+            if step > 0 and steps.block_committed(step):
+                break
+            steps.step(step, None if schedule is None else schedule[step])
+        tokens = steps.end_block()
+        steps_per_block.append(steps.steps_taken())
+        answer[:, start : start + size] = tokens
+        if block_index == num_blocks - 1 or steps.all_finished():
+            break  # no later block reads the cache: skip the write (the reference skips it once all finish)
+        if config.cache_order == "fused":
+            steps.hold(tokens)
+        else:
+            cache.write(tokens)
+    return finish_result(
+        tokenizer,
+        answer.cpu(),
+        config,
+        ids.eos,
+        cache.forwards,
+        [int(s) for s in steps_per_block],
+        prompt.length,
+        prefill_s,
+        started,
+    )
+
+
+class HostSteps:
+    """Steps with the grammar and the commit repair on the host, row by row (``step.py``).
+
+    Args:
+        model: the model (its LM head; block state lives on its device).
+        cache: the cache to denoise over.
+        config: decode settings.
+        grammar: the answer grammar when ``config.grammar`` is set, else None.
+        ids: special token ids.
+    """
+
+    def __init__(
+        self,
+        model: Qwen3VLForConditionalGeneration,
+        cache,
+        config: DecodeConfig,
+        grammar: TokenGrammar | None,
+        ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
+    ) -> None:
+        self.model, self.cache, self.config, self.grammar, self.ids = model, cache, config, grammar, ids
+        self.device = model.device  # CPU in the tests, the GPU otherwise
+        self.rows = config.candidates
+        self.columns = grammar.token_ids if grammar is not None else None  # score only what it can emit
+
+    def start(self, seed: int) -> None:
+        rows = self.rows
+        self.sampling = RowSampling.of(
+            self.config.temperature, seed, rows, self.config.greedy_first, self.device
+        )
+        self.draws = 0  # denoising steps taken: the sampler's draw number
+        self.finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        self.states = [self.grammar.start_state] * rows if self.grammar is not None else None
+        self.pending: torch.Tensor | None = None  # committed block not yet in the cache (fused order)
+
+    def start_block(self, limit: int, tokens_after: int) -> None:
+        rows, size = self.rows, self.config.block_size
+        self.budget = BlockBudget(states=self.states, limit=limit, tokens_after=tokens_after)
+        # Finished rows carry <|im_end|> and take no commits (reference :2351-2352).
+        self.tokens = (
+            torch.where(self.finished[:, None], self.ids.eos, self.ids.mask).expand(rows, size).clone()
+        )
+        self.masked = ~self.finished[:, None].expand(rows, size).clone()
+        self.taken = 0
+
+    def block_committed(self, step: int) -> bool:
+        return not bool(self.masked.any())
+
+    def step(self, step: int, count: int | None) -> None:
+        if self.pending is not None:
+            hidden = self.cache.write_and_denoise(self.pending, self.tokens)
+            self.pending = None
+        else:
+            hidden = self.cache.denoise(self.tokens)
+        logits = head_logits(self.model, hidden, self.columns)  # (K, B, C)
+        self.logits = constrain(
+            logits, self.tokens, self.masked, self.config, self.grammar, self.budget, self.ids.mask
+        )
+        schedule = None if count is None else [count]
+        self.tokens, self.masked, self.x0 = denoise_step(
+            self.logits,
+            self.tokens,
+            self.masked,
+            0,
+            self.config,
+            self.grammar,
+            self.budget,
+            self.sampling,
+            self.draws,
+            schedule,
+        )
+        self.taken += 1
+        self.draws += 1
+
+    def end_block(self) -> torch.Tensor:
+        tokens = self.tokens
+        if bool(self.masked.any()):
+            tokens = fill_leftovers(self.logits, self.x0, tokens, self.masked, self.grammar, self.budget)
+        if self.states is not None:
+            self.states = [
+                self.grammar.done_state
+                if bool(self.finished[k])
+                else self.grammar.advance(s, tokens[k].tolist())
+                for k, s in enumerate(self.states)
+            ]
+        self.finished |= (tokens == self.ids.eos).any(-1)
+        return tokens
+
+    def steps_taken(self) -> int:
+        return self.taken
+
+    def all_finished(self) -> bool:
+        return bool(self.finished.all())
+
+    def hold(self, block: torch.Tensor) -> None:
+        self.pending = block
+
+
 def decode_block(
     model: Qwen3VLForConditionalGeneration,
     tokenizer: PreTrainedTokenizerBase,
@@ -34,9 +232,9 @@ def decode_block(
     config: DecodeConfig,
     grammar: TokenGrammar | None = None,
     ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
-    cache: BlockCache | None = None,
+    cache=None,
 ) -> DecodeResult:
-    """Decode ``config.candidates`` answers to one prompt by block diffusion.
+    """Decode ``config.candidates`` answers to one prompt by block diffusion, stepping on the host.
 
     Args:
         model: the model.
@@ -51,71 +249,5 @@ def decode_block(
     Returns:
         The candidates (cut at the first <|im_end|> and at max_new_tokens) and the costs.
     """
-    started = time.perf_counter()
-    rows, size = config.candidates, config.block_size
-    schedule = step_schedule(config)
-    step_cap = len(schedule) if schedule is not None else config.steps
-    num_blocks = math.ceil(config.max_new_tokens / size)
-    columns = grammar.token_ids if grammar is not None else None  # score only what the grammar can emit
-    cache = cache if cache is not None else BlockCache(model, size, rows)
-    cache.prefill(prompt)
-    prefill_s = time.perf_counter() - started
-    device = model.device  # block state lives beside the logits (CPU in the tests, the GPU otherwise)
-    sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first, device)
-    draws = 0  # denoising steps taken: the sampler's draw number
-    answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64, device=device)
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    states = [grammar.start_state] * rows if grammar is not None else None
-    pending: torch.Tensor | None = None  # committed block not yet in the cache (fused order)
-    steps_per_block: list[int] = []
-    for block_index in range(num_blocks):
-        start = block_index * size
-        budget = BlockBudget(
-            states=states,
-            limit=min(size, config.max_new_tokens - start),
-            tokens_after=max(0, config.max_new_tokens - start - size),
-        )
-        # Finished rows carry <|im_end|> and take no commits (reference :2351-2352).
-        tokens = torch.where(finished[:, None], ids.eos, ids.mask).expand(rows, size).clone()
-        masked = ~finished[:, None].expand(rows, size).clone()
-        steps = 0
-        while bool(masked.any()) and steps < step_cap:
-            if pending is not None:
-                hidden = cache.write_and_denoise(pending, tokens)
-                pending = None
-            else:
-                hidden = cache.denoise(tokens)
-            logits = head_logits(model, hidden, columns)  # (K, B, C)
-            logits = constrain(logits, tokens, masked, config, grammar, budget, ids.mask)
-            tokens, masked, x0 = denoise_step(
-                logits, tokens, masked, steps, config, grammar, budget, sampling, draws, schedule
-            )
-            steps += 1
-            draws += 1
-        if bool(masked.any()):
-            tokens = fill_leftovers(logits, x0, tokens, masked, grammar, budget)
-        steps_per_block.append(steps)
-        answer[:, start : start + size] = tokens
-        if states is not None:
-            states = [
-                grammar.done_state if bool(finished[k]) else grammar.advance(states[k], tokens[k].tolist())
-                for k in range(rows)
-            ]
-        finished |= (tokens == ids.eos).any(-1)
-        if block_index == num_blocks - 1 or bool(finished.all()):
-            break  # no later block reads the cache: skip the write (the reference skips it once all finish)
-        if config.cache_order == "fused":
-            pending = tokens
-        else:
-            cache.write(tokens)
-    return finish_result(
-        tokenizer,
-        answer.cpu(),
-        config,
-        ids.eos,
-        cache.forwards,
-        steps_per_block,
-        prompt.length,
-        prefill_s,
-        started,
-    )
+    cache = cache if cache is not None else BlockCache(model, config.block_size, config.candidates)
+    return run_blocks(cache, tokenizer, prompt, config, HostSteps(model, cache, config, grammar, ids), ids)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.errors import InputError
 
-COMMIT_RULES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
 BACKENDS = ("eager", "sdpa", "flashinfer")
@@ -78,7 +78,7 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         choices = {
             "decoder": DECODERS,
-            "commit_rule": COMMIT_RULES,
+            "commit_rule": commit_rules.names(),  # the registry's: a new rule is valid once registered
             "cache_order": CACHE_ORDERS,
             "backend": BACKENDS,
         }

@@ -134,7 +134,7 @@ class DeviceGrammar:
 
         Args:
             commit: (K, B) bool positions the commit rule picked.
-            score: (K, B) the rule's preference (``commit_rules.priority``).
+            score: (K, B) the rule's preference (``CommitRule.priority``).
             x0: (K, B) candidate vocabulary ids (each allowed on its own).
             tokens, masked, states, limit, tokens_after: as in ``allowed``.
         """

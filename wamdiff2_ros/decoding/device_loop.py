@@ -1,34 +1,29 @@
-"""The device loop: block decoding with every denoising step and block end on the device, no host sync.
+"""The device step: block decoding with every denoising step and block end on the device, no host sync.
 
 A step is forward, LM head, grammar mask (``device_grammar``), seeded per-row sampling, commit rule and the
 grammar's commit repair, all on static buffers; a block end is the grammar's leftover fill and the automaton
 state after the block. With CUDA graphs each is captured once per shape and then replayed; without (the CPU
-twin tests) the same functions run eagerly. The host syncs once per block (has every row finished? did the
-grammar dead-end?) and, with the dynamic rule, after every ``sync_every`` steps (is the block committed?).
-Steps after a block is committed change nothing, and the sampler only counts steps that had a mask, so the
-tokens equal the host loop's (``block.decode_block``) exactly in fp32.
+twin tests) the same functions run eagerly. ``block.run_blocks`` is the loop around them; the host syncs once
+per block (has every row finished? did the grammar dead-end?) and, with the dynamic rule, after every
+``sync_every`` steps (is the block committed?). Steps after a block is committed change nothing, and the
+sampler only counts steps that had a mask, so the tokens equal the host steps' (``block.HostSteps``) exactly
+in fp32.
 """
 
 from __future__ import annotations
 
-import math
-import time
-
 import torch
-from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.decoding import commit_rules
-from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.cuda_graph import capture
 from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
 from wamdiff2_ros.decoding.fast_model import compiled
 from wamdiff2_ros.decoding.grammar import TokenGrammar
-from wamdiff2_ros.decoding.result import finish_result
 from wamdiff2_ros.decoding.sampling import RowSampling, sample_tokens
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.decoding.step import step_schedule
 from wamdiff2_ros.model.forward import head_logits
-from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
 from wamdiff2_ros.model.vocab import kept_embedding
 
@@ -82,9 +77,10 @@ def step_tail(
     x0, confidence = sample_tokens(logits, sampling, draw)
     if grammar is not None:
         x0 = grammar.token_ids[x0]  # column -> vocabulary id
-    commit = commit_rules.select(config.commit_rule, confidence, masked, config.threshold, count)
+    rule = commit_rules.get(config.commit_rule)
+    commit = rule.select(confidence, masked, config.threshold, count)
     if grammar is not None:
-        score = commit_rules.priority(confidence, config.commit_rule)
+        score = rule.priority(confidence)
         commit = grammar.accept(commit, score, x0, tokens, masked, budget[0], budget[1], budget[2])
     # Only the grammar's leftover fill reads the logits: without one, returning (K, B, 151,936) floats would
     # cost a write per step (and made Inductor 2.11 miscompile the argmax over a reduced head).
@@ -131,6 +127,9 @@ class DeviceSteps:
         config: decode settings (its seed is set per decode).
         grammar: the answer grammar, or None.
         cuda_graphs: capture and replay (CUDA only).
+        ids: special token ids.
+        sync_every: dynamic rule: steps between host checks for a committed block (1: a sync costs tens of
+            microseconds, a wasted step milliseconds).
     """
 
     def __init__(
@@ -140,6 +139,7 @@ class DeviceSteps:
         grammar: TokenGrammar | None,
         cuda_graphs: bool,
         ids: SpecialIds = SpecialIds(),  # noqa: B008 (frozen dataclass, safe as a default)
+        sync_every: int = 1,
     ) -> None:
         device = cache.model.device
         rows, size = cache.rows, cache.block_size
@@ -154,6 +154,10 @@ class DeviceSteps:
         self.states, self.finished = zeros(rows), zeros(rows, dtype=torch.bool)
         self.limit, self.tokens_after = zeros(), zeros()
         self.sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first, device)
+        self.device = device
+        self.dynamic = step_schedule(config) is None
+        self.sync_every = sync_every
+        self.fused_next = False
         self.pool = torch.cuda.graph_pool_handle() if cuda_graphs else None
         self.graphs: dict[object, torch.cuda.CUDAGraph] = {}
         # Compiled, a step's head, grammar, sampling and commit take a few kernels instead of hundreds. Not
@@ -176,6 +180,7 @@ class DeviceSteps:
         self.draw.zero_()
         rows = self.sampling.seeds.shape[0]
         self.sampling.seeds.copy_(torch.arange(seed, seed + rows, dtype=torch.int64))
+        self.fused_next = False
 
     def start_block(self, limit: int, tokens_after: int) -> None:
         """Finished rows carry <|im_end|> and take no commits (reference :2351-2352)."""
@@ -183,8 +188,42 @@ class DeviceSteps:
         self.tokens.copy_(torch.where(self.finished[:, None], self.ids.eos, self.ids.mask).expand(rows, size))
         self.masked.copy_(~self.finished[:, None].expand(rows, size))
         self.steps.zero_()
-        self.limit.fill_(limit)
+        self.limit.fill_(limit)  # a kernel with the value as argument: no host sync
         self.tokens_after.fill_(tokens_after)
+
+    def block_committed(self, step: int) -> bool:
+        """Dynamic rule only (a static schedule ends every row at its last step): one host sync."""
+        return self.dynamic and step % self.sync_every == 0 and not bool(self.masked.any())
+
+    def step(self, step: int, count: int | None) -> None:
+        """One denoising step (captured on its first use)."""
+        fused = self.fused_next and step == 0
+        size = self.tokens.shape[1]
+        self.cache.place(2 * size if fused else size)
+        self._run((fused, count), lambda: self._step(fused, count))
+        self.cache.forwards += 1
+        if fused:
+            self.cache.written += size
+        self.fused_next = False
+
+    def end_block(self) -> torch.Tensor:
+        """Fill the leftovers, advance the automaton, update ``finished``; the block's tokens (a buffer)."""
+        self._run("end", self._end)
+        return self.tokens
+
+    def steps_taken(self) -> torch.Tensor:
+        return self.steps.clone()  # read at the end of the decode: no sync per block
+
+    def all_finished(self) -> bool:
+        """The block's one sync: has every row finished, and did the grammar dead-end (a bug)?"""
+        finished, dead = torch.stack([self.finished.all(), self.dead]).tolist()
+        if dead:
+            raise RuntimeError("grammar dead end: committed tokens admit no valid answer (a bug)")
+        return finished
+
+    def hold(self, block: torch.Tensor) -> None:
+        self.pending.copy_(block)
+        self.fused_next = True
 
     def _budget(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.states, self.limit, self.tokens_after
@@ -239,89 +278,3 @@ class DeviceSteps:
             self.graphs[key] = capture(body, self.pool)  # the capture's warm-up run was this call
         else:
             self.graphs[key].replay()
-
-    def step(self, fused: bool, count: int | None) -> None:
-        """One denoising step (``cache.place`` must have been called for its shape)."""
-        self._run((fused, count), lambda: self._step(fused, count))
-
-    def end_block(self) -> None:
-        """Fill the leftovers, advance the automaton, update ``finished``."""
-        self._run("end", self._end)
-
-
-@torch.no_grad()
-def decode_on_device(
-    cache: StaticBlockCache,
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: PromptTensors,
-    config: DecodeConfig,
-    steps: DeviceSteps,
-    sync_every: int = 1,
-) -> DecodeResult:
-    """Block decoding with every step on the device (``block.decode_block``'s twin).
-
-    Args:
-        cache: the static cache ``steps`` was built over.
-        tokenizer: turns answer tokens into text.
-        prompt: the prompt tensors.
-        config: decode settings (``steps.config`` up to the seed).
-        steps: the loop's buffers and (captured) steps.
-        sync_every: dynamic rule only: steps between host checks for a fully committed block.
-
-    Returns:
-        The host loop's candidates and per-block step counts; ``forwards`` counts the forwards actually run
-        (steps after a block is committed included).
-
-    Raises:
-        RuntimeError: the grammar dead-ended (a bug).
-    """
-    started = time.perf_counter()
-    ids = steps.ids
-    size, rows = config.block_size, config.candidates
-    schedule = step_schedule(config)
-    step_cap = len(schedule) if schedule is not None else config.steps
-    num_blocks = math.ceil(config.max_new_tokens / size)
-    cache.prefill(prompt)
-    prefill_s = time.perf_counter() - started
-    answer = torch.full((rows, num_blocks * size), ids.eos, dtype=torch.int64, device=cache.model.device)
-    steps.start(config.seed)
-    steps_per_block: list[torch.Tensor] = []
-    fused_next = False
-    for block_index in range(num_blocks):
-        start = block_index * size
-        steps.start_block(
-            min(size, config.max_new_tokens - start), max(0, config.max_new_tokens - start - size)
-        )
-        for step in range(step_cap):
-            fused = fused_next and step == 0
-            cache.place(2 * size if fused else size)
-            steps.step(fused, None if schedule is None else schedule[step])
-            cache.forwards += 1
-            if fused:
-                cache.written += size
-            if schedule is None and (step + 1) % sync_every == 0 and not bool(steps.masked.any()):
-                break
-        steps.end_block()
-        steps_per_block.append(steps.steps.clone())
-        answer[:, start : start + size] = steps.tokens
-        all_finished, dead = torch.stack([steps.finished.all(), steps.dead]).tolist()  # the block's sync
-        if dead:
-            raise RuntimeError("grammar dead end: committed tokens admit no valid answer (a bug)")
-        if block_index == num_blocks - 1 or all_finished:
-            break
-        if config.cache_order == "fused":
-            steps.pending.copy_(steps.tokens)
-            fused_next = True
-        else:
-            cache.write(steps.tokens)
-    return finish_result(
-        tokenizer,
-        answer.cpu(),
-        config,
-        ids.eos,
-        cache.forwards,
-        [int(s) for s in steps_per_block],
-        prompt.length,
-        prefill_s,
-        started,
-    )

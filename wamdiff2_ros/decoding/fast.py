@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
-from wamdiff2_ros.decoding.block import decode_block
+from wamdiff2_ros.decoding.block import decode_block, run_blocks
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
-from wamdiff2_ros.decoding.device_loop import DeviceSteps, decode_on_device
+from wamdiff2_ros.decoding.device_loop import DeviceSteps
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
@@ -103,7 +103,7 @@ class FastDecoder:
         if not self.device_loop:
             result = decode_block(self.model, tokenizer, prompt, config, grammar, cache=self.cache)
         else:
-            result = decode_on_device(self.cache, tokenizer, prompt, config, self.steps_for(grammar))
+            result = run_blocks(self.cache, tokenizer, prompt, config, self.steps_for(grammar))
         return replace(result, vision_s=self.cache.vision_s)
 
     def steps_for(self, grammar: TokenGrammar | None) -> DeviceSteps:

@@ -27,9 +27,7 @@ class BlockBudget:
 
 def step_schedule(config: DecodeConfig) -> list[int] | None:
     """Commit counts per step for the static and sequential rules; None for the dynamic rule."""
-    if config.commit_rule == "low_confidence_dynamic":
-        return None
-    return commit_rules.transfer_schedule(config.block_size, config.steps)
+    return commit_rules.get(config.commit_rule).schedule(config.block_size, config.steps)
 
 
 def constrain(
@@ -136,9 +134,10 @@ def denoise_step(
     if grammar is not None:
         x0 = grammar.token_ids.to(x0.device)[x0]  # column index -> vocabulary id
     count = None if schedule is None else schedule[step]
-    commit = commit_rules.select(config.commit_rule, confidence, masked, config.threshold, count)
+    rule = commit_rules.get(config.commit_rule)
+    commit = rule.select(confidence, masked, config.threshold, count)
     if grammar is not None and budget.states is not None:
-        score = commit_rules.priority(confidence, config.commit_rule)
+        score = rule.priority(confidence)
         for row, state in enumerate(budget.states):
             commit[row] = _repair(
                 commit[row], x0[row], tokens[row], masked[row], score[row], grammar, state, budget

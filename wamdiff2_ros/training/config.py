@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
+from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.errors import InputError
 
 STAGES = ("sft", "adapt", "distill")
 TASKS = ("planning", "detection", "qa")
 MASK_SCHEDULES = ("stratified", "full")
-COMMIT_RULES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class TrainConfig:
         choices = {
             "stage": STAGES,
             "mask_schedule": MASK_SCHEDULES,
-            "generate_commit_rule": COMMIT_RULES,
+            "generate_commit_rule": commit_rules.names(),
             "dtype": ("fp32", "bf16"),
             "device": ("cpu", "cuda", "auto"),
             "eval_device": ("cpu", "cuda", "auto"),
