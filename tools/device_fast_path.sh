@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --fo
 python3 - >"$OUT/jit.log" 2>&1 <<'PY' &
 import time, torch, transformers, flashinfer
 from wamdiff2_ros.decoding.attention.flashinfer import FlashInferAttention
-from wamdiff2_ros.decoding.static_cache import StaticKVCache
+from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__,
       "flashinfer", flashinfer.__version__)
 cache = StaticKVCache.allocate(1, 1, 64, 8, 128, torch.bfloat16, torch.device("cuda"))

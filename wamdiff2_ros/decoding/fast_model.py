@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -23,27 +23,12 @@ from transformers import Qwen3VLForConditionalGeneration
 from wamdiff2_ros.model.vocab import kept_embedding
 
 if TYPE_CHECKING:
-    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+    from wamdiff2_ros.decoding.attention.base import Attention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
 # Distinct (rows, tokens) shapes a compiled piece may specialise on before torch.compile gives up and runs
 # eagerly; Dynamo's default of 8 is too few for a process that decodes B = 1..32 with K = 1..16.
 COMPILE_SHAPES = 64
-
-
-class Attention(Protocol):
-    """What the forward needs from an attention backend (attention/sdpa.py, attention/flashinfer.py)."""
-
-    shares_prompt: bool  # rows read the prompt from row 0 (so the cache need not copy it to every row)
-
-    def plan(self, start: int, length: int, shared: int) -> None:
-        """Host-side setup of a forward of ``length`` queries from slot ``start``, outside any CUDA graph;
-        slots below ``shared`` hold the prompt (in row 0 only if ``shares_prompt``)."""
-
-    def prepare(self, start: torch.Tensor, length: int) -> None:
-        """Device-side setup of one forward of ``length`` queries from slot ``start`` (a device scalar)."""
-
-    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """(K, n, Hq, D) queries over the cache of ``layer`` -> (K, n, Hq * D)."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Static KV cache for block decoding: buffers allocated once, prompt prefilled once, blocks written in place.
 
-``StaticKVCache`` owns the buffers (gpt-fast's KVCache idea: callers pass slots, forward never allocates).
+``kv_buffers.StaticKVCache`` owns the buffers (gpt-fast's KVCache idea: callers pass slots, forward never
+allocates).
 ``StaticBlockCache`` offers the methods of ``kv_cache.BlockCache`` (prefill, denoise, write,
 write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
 forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs (graphs.py).
@@ -21,53 +22,10 @@ from transformers import Qwen3VLForConditionalGeneration
 from wamdiff2_ros.decoding.attention import make_attention
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 from wamdiff2_ros.decoding.prefill import prompt_inputs
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
-
-
-class StaticKVCache:
-    """K and V buffers of every layer, each (layers, K rows, max_len slots, Hkv, D); see ``allocate``.
-
-    Args:
-        keys: the K buffers.
-        values: the V buffers, same shape.
-    """
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        # NHD per row (slot, head, dim): a slot is one page of FlashInfer's paged layout with page size 1.
-        self.keys = keys
-        self.values = values
-        self.rows = keys.shape[1]
-        self.max_len = keys.shape[2]
-        self.device = keys.device
-
-    @classmethod
-    def allocate(
-        cls,
-        layers: int,
-        rows: int,
-        max_len: int,
-        kv_heads: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> StaticKVCache:
-        """Zeroed buffers: ``layers`` layers, ``rows`` candidate rows of ``max_len`` slots (prompt, answer and
-        room for the fused forward), Hkv = ``kv_heads``, D = ``head_dim``."""
-        shape = (layers, rows, max_len, kv_heads, head_dim)
-        return cls(
-            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
-        )
-
-    def first_row(self) -> StaticKVCache:
-        """A one-row cache over row 0's storage (the prompt is written there once)."""
-        return StaticKVCache(self.keys[:, :1], self.values[:, :1])
-
-    def share_prompt(self, prompt_len: int) -> None:
-        """Copy row 0's prompt slots [0, P) to every other row (one copy for all layers)."""
-        self.keys[:, 1:, :prompt_len] = self.keys[:, :1, :prompt_len]
-        self.values[:, 1:, :prompt_len] = self.values[:, :1, :prompt_len]
 
 
 def _synchronize(device: torch.device) -> None:

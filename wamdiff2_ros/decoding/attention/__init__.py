@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from wamdiff2_ros.errors import InputError
 
 if TYPE_CHECKING:
-    from wamdiff2_ros.decoding.fast_model import Attention
-    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+    from wamdiff2_ros.decoding.attention.base import Attention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
 BACKENDS = ("sdpa", "flashinfer")
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
 

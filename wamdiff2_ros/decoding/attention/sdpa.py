@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from wamdiff2_ros.decoding.static_cache import StaticKVCache
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
 
 class SdpaAttention:
