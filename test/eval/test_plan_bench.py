@@ -1,0 +1,32 @@
+"""``bench plan``'s measurement: the product path per stage, warm-up apart, nothing built per frame."""
+
+from __future__ import annotations
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.planner import STAGES, Planner
+from wamdiff2_ros.eval.plan_bench import format_rows, frames, measure_plan
+from wamdiff2_ros.model.checkpoint import LoadedModel
+
+
+def test_frames_differ_and_are_seeded():
+    first, again = frames((48, 64), 3), frames((48, 64), 3)
+    assert all(
+        (a.image_rgb == b.image_rgb).all() and a.velocity_mps == b.velocity_mps
+        for a, b in zip(first, again, strict=True)
+    )
+    assert len({f.velocity_mps for f in first}) == 3 and first[0].image_rgb.shape == (48, 64, 3)
+
+
+def test_measure_plan_times_every_stage_of_a_warm_planner(tiny_model, tokenizer):
+    loaded = LoadedModel(model=tiny_model, tokenizer=tokenizer, source="preset:tiny")
+    config = DecodeConfig(
+        block_size=16, steps=4, max_new_tokens=96, grammar=True, backend="sdpa", candidates=2
+    )
+    row = measure_plan(Planner(loaded, config), (96, 128), count=3)
+    assert row["frames"] == 3 and row["parsed"] == "6/6"  # the grammar: every answer parses
+    assert row["builds_added"] == 0 and row["captures_added"] == 0  # the warm-up built what the frames use
+    for stage in STAGES:
+        assert 0.0 <= row[stage]["p50_ms"] <= row[stage]["p99_ms"]
+    assert row["total"]["p50_ms"] >= row["decode"]["p50_ms"] > 0.0
+    table = format_rows([{"name": "tiny K2", **row}])
+    assert table.splitlines()[2].startswith("tiny K2 | ")
