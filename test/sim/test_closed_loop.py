@@ -8,7 +8,8 @@ from wamdiff2_ros.eval.baselines import ConstantVelocityPolicy, ExpertPolicy
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, run_episode
 from wamdiff2_ros.sim.controller import TrajectoryController
 from wamdiff2_ros.sim.expert import expert_plan, expert_waypoints
-from wamdiff2_ros.sim.scenes import AgentState, make_scene
+from wamdiff2_ros.sim.scene_types import AgentState
+from wamdiff2_ros.sim.scenes import make_scene
 
 CONFIG = ClosedLoopConfig(route_length_m=100.0, max_duration_s=20.0)
 TURNING_JUNCTION_SEED = 5  # the expert turns at the intersection

@@ -6,7 +6,7 @@ import pytest
 
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim.render import CAR_COLOURS_RGB, ROAD_RGB, encode_png, render_front
-from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
+from wamdiff2_ros.sim.scene_types import AgentState, LaneGeometry, Snapshot
 
 CAMERA = Camera(CameraIntrinsics(320, 180, 250.0, 250.0, 160.0, 90.0), CameraMount(1.5, 0.0, 1.6, 0.0))
 X_M = np.arange(-20.0, 200.0, 2.0)

@@ -1,6 +1,6 @@
 """Recorded drives as rosbag2 MCAP bags written with ``rosbags`` (no ROS installation needed).
 
-Topics follow the CARLA ROS bridge for an ego named ``ego_vehicle`` (research/ros2_anchors.md §3.1) so a bag
+Topics follow the CARLA ROS bridge for an ego named ``ego_vehicle`` (docs/REFERENCE.md §9.3) so a bag
 replays into a stack configured for CARLA; the driving command has no CARLA equivalent and uses
 ``/carla/ego_vehicle/driving_command``. Every message of a tick carries the same stamp, the simulation time
 plus ``START_TIME_NS``, and ``/clock`` carries it too. Images are ``rgb8``; MCAP chunks are zstd-compressed.
@@ -18,7 +18,7 @@ import numpy as np
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.sim.expert import ego_motion
-from wamdiff2_ros.sim.scenes import Snapshot
+from wamdiff2_ros.sim.scene_types import Snapshot
 
 START_TIME_NS = 1_000_000_000  # a zero stamp means "unset" to tf and many nodes, so time starts at 1 s
 GRAVITY_MPS2 = 9.81

@@ -18,9 +18,11 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 from wamdiff2_ros.sim.controller import TrajectoryController
+from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.expert import ego_motion, navigation_command
 from wamdiff2_ros.sim.render import render_front
-from wamdiff2_ros.sim.scenes import SIM_HZ, Scene, Snapshot, make_scene
+from wamdiff2_ros.sim.scene_types import Snapshot
+from wamdiff2_ros.sim.scenes import Scene, make_scene
 
 ROUTE_DEVIATION_M = 15.0  # farther than this from the route centreline ends the episode (CARLA-style)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from wamdiff2_ros.geometry import ego_to_map, map_to_ego
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
-from wamdiff2_ros.sim.scenes import AgentState
+from wamdiff2_ros.sim.scene_types import AgentState
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from pathlib import Path
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim import export
+from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.expert import ground_truth, navigation_command, record_drive, sample_indices
 from wamdiff2_ros.sim.render import encode_png, render_front
-from wamdiff2_ros.sim.scenes import SIM_HZ, make_scene
+from wamdiff2_ros.sim.scenes import make_scene
 
 TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
 

@@ -1,15 +1,16 @@
 """Driver models on top of highway-env's IDM/MOBIL: the comfortable expert and the junction traffic class.
 
-Importing this module imports highway-env; ``scenes`` imports it lazily. The expert is the IDM/MOBIL driver
-with NAVSIM-comfortable limits: gentler accelerations, a jerk limit outside emergencies, and speeds that
-keep lateral acceleration low through curves and turns it can see along its route.
+Importing this module imports highway-env (through ``engine``'s guard); ``scenes`` imports it lazily. The
+expert is the IDM/MOBIL driver with NAVSIM-comfortable limits: gentler accelerations, a jerk limit outside
+emergencies, and speeds that keep lateral acceleration low through curves and turns it can see along its
+route.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from wamdiff2_ros.sim.scenes import SIM_HZ, import_highway_env
+from wamdiff2_ros.sim.engine import SIM_HZ, import_highway_env
 
 import_highway_env()
 from highway_env.vehicle.behavior import IDMVehicle  # noqa: E402

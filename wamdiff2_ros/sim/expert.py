@@ -14,8 +14,10 @@ import numpy as np
 
 from wamdiff2_ros.geometry import map_to_ego, wrap_angle
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
+from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.render import Frame
-from wamdiff2_ros.sim.scenes import SIM_HZ, LaneGeometry, Scene, Snapshot, to_map_xy
+from wamdiff2_ros.sim.scene_types import LaneGeometry, Snapshot, to_map_xy
+from wamdiff2_ros.sim.scenes import Scene
 
 TICKS_PER_WAYPOINT = round(WAYPOINT_DT_S * SIM_HZ)
 HORIZON_TICKS = NUM_WAYPOINTS * TICKS_PER_WAYPOINT

@@ -14,7 +14,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import NEAR_PLANE_M, Camera, box_corners_3d, clip_polygon_near, map_to_ego
-from wamdiff2_ros.sim.scenes import AgentState, LaneGeometry, Snapshot
+from wamdiff2_ros.sim.scene_types import AgentState, LaneGeometry, Snapshot
 
 MAX_RANGE_M = 150.0  # nothing farther is drawn
 MARKING_WIDTH_M = 0.15

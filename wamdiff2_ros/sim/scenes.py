@@ -1,133 +1,26 @@
-"""Driving scenes on highway-env: road networks and IDM/MOBIL traffic, varied by seed, stepped at 10 Hz.
+"""Driving scenes on highway-env: roads, IDM/MOBIL traffic and events, varied by seed, stepped at 10 Hz.
 
-highway-env supplies lanes, vehicles and their behaviour; this module builds scenes from them and reads the
-state out in a right-handed map frame (x east, y north, yaw counter-clockwise). highway-env draws y downwards,
-so every position has its y negated and every heading its sign flipped, as the CARLA ROS bridge does for
-Unreal's left-handed frame. Rendering, ground truth and control live in the sibling modules.
+highway-env supplies lanes, vehicles and their behaviour; this module builds scenes from them (a curvy
+highway, an intersection, a roundabout) and reads the state out as ``scene_types`` values in the map frame.
+Roads are built in ``roads``, the drivers are ``drivers``' (imported lazily: importing them imports
+highway-env); rendering, ground truth and control live in the other sibling modules.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import wrap_angle
+from wamdiff2_ros.sim.engine import SIM_DT_S, SIM_HZ, import_highway_env
+from wamdiff2_ros.sim.roads import curvy_network, lane_at, lane_connectors, lane_geometry, route_polyline
+from wamdiff2_ros.sim.scene_types import AgentState, LaneGeometry, Snapshot, to_map_xy
 
-SIM_HZ = 10
-SIM_DT_S = 1.0 / SIM_HZ
 SCENE_KINDS = ("highway", "intersection", "roundabout")
 SCENE_KIND_WEIGHTS = (0.5, 0.3, 0.2)  # how often a seed draws each kind
-CAR_HEIGHT_M = 1.5
 CULL_RADIUS_M = 200.0
-LINE_NAMES = {0: "none", 1: "striped", 2: "continuous", 3: "continuous"}  # highway-env LineType values
-
-
-def import_highway_env():
-    """Import highway-env lazily (an optional heavy dependency) and keep pygame off any display."""
-    # 'offscreen', not 'dummy': highway-env 1.12.1 disables its viewer under 'dummy' (feasibility_ml.md §4).
-    os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
-    try:
-        import highway_env
-    except ImportError as exc:
-        raise ImportError(
-            "the driving simulator needs highway-env: pip install -r requirements/base.txt"
-        ) from exc
-    return highway_env
-
-
-@dataclass(frozen=True)
-class AgentState:
-    """One vehicle in the map frame."""
-
-    agent_id: int
-    x_m: float
-    y_m: float
-    yaw_rad: float
-    speed_mps: float
-    length_m: float
-    width_m: float
-    height_m: float = CAR_HEIGHT_M
-
-    @property
-    def xy(self) -> np.ndarray:
-        return np.array([self.x_m, self.y_m])
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The scene at one tick: ego, its motion derivatives, the other vehicles and the ego's infractions."""
-
-    time_s: float
-    ego: AgentState
-    ego_accel_mps2: float  # rate of change of speed over the last tick
-    ego_yaw_rate_radps: float
-    ego_slip_rad: float  # angle of the centre's velocity from the heading (kinematic bicycle), left positive
-    agents: tuple[AgentState, ...]
-    ego_crashed: bool
-    ego_on_road: bool
-
-
-@dataclass(frozen=True)
-class LaneGeometry:
-    """A strip of road surface: its left and right edges sampled in the map frame and each edge's paint."""
-
-    left_map: np.ndarray  # (N, 2) metres, in driving order
-    right_map: np.ndarray  # (N, 2)
-    left_line: str  # none | striped | continuous
-    right_line: str
-
-    @property
-    def centre_map(self) -> np.ndarray:
-        """The centreline (N, 2)."""
-        return (self.left_map + self.right_map) / 2.0
-
-    def boundaries(self, margin_m: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """Left and right edges (N, 2), each moved outwards by ``margin_m``."""
-        across = self.left_map - self.right_map
-        outward = margin_m * across / np.maximum(np.linalg.norm(across, axis=1, keepdims=True), 1e-9)
-        return self.left_map + outward, self.right_map - outward
-
-
-def to_map_xy(position_hw: np.ndarray) -> np.ndarray:
-    """A highway-env position (y down) in the right-handed map frame."""
-    return np.array([position_hw[0], -position_hw[1]], dtype=np.float64)
-
-
-def _edges(lane, s_m: float) -> tuple[np.ndarray, np.ndarray]:
-    """Left and right edge points (map frame) of a highway-env lane at arc length ``s_m``."""
-    half_m = lane.width_at(s_m) / 2.0
-    return to_map_xy(lane.position(s_m, -half_m)), to_map_xy(lane.position(s_m, half_m))
-
-
-def _lane_geometry(lane, step_m: float = 2.0) -> LaneGeometry:
-    n = max(2, int(np.ceil(lane.length / step_m)) + 1)
-    left, right = zip(*(_edges(lane, s) for s in np.linspace(0.0, lane.length, n)), strict=True)
-    # highway-env's line_types[0] is the line at lateral -width/2: the left edge.
-    return LaneGeometry(
-        np.array(left), np.array(right), LINE_NAMES[lane.line_types[0]], LINE_NAMES[lane.line_types[1]]
-    )
-
-
-def _lane_connectors(network) -> list[LaneGeometry]:
-    """Unpainted strips that bridge each lane's end to the start of the lanes that follow it, where the two do
-    not meet (highway-env's roundabout entries and exits leave wedges of grass otherwise)."""
-    connectors = []
-    for ends in network.graph.values():
-        for end_node, lanes in ends.items():
-            for lane_id, lane in enumerate(lanes):
-                for next_lanes in network.graph.get(end_node, {}).values():
-                    following = next_lanes[min(lane_id, len(next_lanes) - 1)]
-                    (left_a, right_a), (left_b, right_b) = _edges(lane, lane.length), _edges(following, 0.0)
-                    if np.linalg.norm((left_a + right_a - left_b - right_b) / 2) > 0.05:
-                        connectors.append(
-                            LaneGeometry(
-                                np.stack([left_a, left_b]), np.stack([right_a, right_b]), "none", "none"
-                            )
-                        )
-    return connectors
 
 
 @dataclass
@@ -172,8 +65,8 @@ class Scene:
         return self._agent_ids[key][0]
 
     def __post_init__(self) -> None:
-        lanes = [_lane_geometry(lane) for lane in self.road.network.lanes_list()]
-        self.lanes = tuple(lanes + _lane_connectors(self.road.network))
+        lanes = [lane_geometry(lane) for lane in self.road.network.lanes_list()]
+        self.lanes = tuple(lanes + lane_connectors(self.road.network))
         self.expert_route = list(self.ego.route) if self.ego.route else None
         self.expert_target_speed_mps = float(self.ego.target_speed)
         self.expert_lane_change = bool(self.ego.enable_lane_change)
@@ -240,86 +133,6 @@ def _agent_state(vehicle, agent_id: int) -> AgentState:
     )
 
 
-def route_polyline(network, lane_index: tuple, route: list | None, step_m: float = 2.0) -> np.ndarray:
-    """The centreline (N, 2) in the map frame from the start of ``lane_index`` along ``route`` to its end.
-
-    Roads are followed in route order, keeping the lane id where the next road has it; without a route the
-    network's first continuation is followed until the road ends.
-    """
-    points, current = [], lane_index
-    remaining = list(route or [])[1:]
-    for _ in range(200):
-        lane = network.get_lane(current)
-        points.append(_lane_geometry(lane, step_m).centre_map)
-        _, end_node, lane_id = current
-        if remaining:
-            next_from, next_to, next_id = remaining.pop(0)
-        elif route is None and network.graph.get(end_node):
-            next_from, next_to, next_id = end_node, next(iter(network.graph[end_node])), None
-        else:
-            break
-        lanes = network.graph[next_from][next_to]
-        current = (next_from, next_to, next_id if next_id is not None else min(lane_id, len(lanes) - 1))
-    polyline = np.concatenate(points)
-    # A lane starts where the previous one ends: drop the repeated joints so every segment has a direction.
-    keep = np.concatenate([[True], np.linalg.norm(np.diff(polyline, axis=0), axis=1) > 1e-6])
-    return polyline[keep]
-
-
-def _curvy_network(rng: np.random.Generator, n_lanes: int, speed_limit_mps: float):
-    """A multi-lane one-way road of straight and arc segments, about 1.2 km long."""
-    from highway_env.road.lane import CircularLane, LineType, StraightLane
-    from highway_env.road.road import RoadNetwork
-
-    width_m = StraightLane.DEFAULT_WIDTH
-    net = RoadNetwork()
-    position, heading = np.zeros(2), 0.0  # highway-env frame (y down): heading grows clockwise on screen
-    c, s, n = LineType.CONTINUOUS, LineType.STRIPED, LineType.NONE
-    line_types = [[c if i == 0 else n, c if i == n_lanes - 1 else s] for i in range(n_lanes)]
-    total_m, node = 0.0, 0
-    while total_m < 1200.0:
-        normal = np.array([-np.sin(heading), np.cos(heading)])  # lateral +: right of the driving direction
-        shape = rng.choice(["straight", "left", "right"], p=[0.4, 0.3, 0.3]) if node > 0 else "straight"
-        if shape == "straight":
-            length_m = float(rng.uniform(80.0, 200.0))
-            direction = np.array([np.cos(heading), np.sin(heading)])
-            lanes = [
-                StraightLane(
-                    position + i * width_m * normal,
-                    position + i * width_m * normal + length_m * direction,
-                    line_types=line_types[i],
-                    speed_limit=speed_limit_mps,
-                )
-                for i in range(n_lanes)
-            ]
-            position, end_heading = position + length_m * direction, heading
-        else:
-            radius_m = float(rng.uniform(120.0, 300.0))
-            angle_rad = float(rng.uniform(0.3, 0.9))
-            sign = 1.0 if shape == "right" else -1.0
-            centre = position + sign * radius_m * normal
-            phase0 = heading - sign * np.pi / 2
-            lanes = [
-                CircularLane(
-                    centre,
-                    radius_m - sign * i * width_m,
-                    phase0,
-                    phase0 + sign * angle_rad,
-                    clockwise=shape == "right",
-                    line_types=line_types[i],
-                    speed_limit=speed_limit_mps,
-                )
-                for i in range(n_lanes)
-            ]
-            end_heading = heading + sign * angle_rad
-            position = lanes[0].position(lanes[0].length, 0.0)
-            length_m = radius_m * angle_rad
-        for lane in lanes:
-            net.add_lane(f"n{node}", f"n{node + 1}", lane)
-        heading, total_m, node = end_heading, total_m + length_m, node + 1
-    return net
-
-
 def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
     from highway_env.road.road import Road
     from highway_env.vehicle.kinematics import Vehicle
@@ -328,7 +141,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
 
     n_lanes = int(rng.integers(1, 5))
     speed_limit_mps = float(rng.uniform(18.0, 30.0))
-    net = _curvy_network(rng, n_lanes, speed_limit_mps)
+    net = curvy_network(rng, n_lanes, speed_limit_mps)
     # Connected-lane neighbours: otherwise IDM drivers do not see a leader on the next road segment.
     road = Road(network=net, np_random=np.random.RandomState(seed), neighbour_vehicles_connected_lanes=True)
     ego_lane_id = int(rng.integers(0, n_lanes))
@@ -348,7 +161,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
         s_m = float(rng.uniform(0.0, spacing_m)) if spacing_m < 1e8 else 1e9
         while s_m < 300.0:
             if abs(s_m - ego_s_m) > 15.0 or lane_id != ego_lane_id:
-                lane, lane_s_m = _lane_at(net, lane_id, s_m)
+                lane, lane_s_m = lane_at(net, lane_id, s_m)
                 other = Traffic(
                     road,
                     lane.position(lane_s_m, 0.0),
@@ -363,7 +176,7 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
     event_kind = str(rng.choice(["none", "braking_lead", "stopped_obstacle"], p=[0.5, 0.25, 0.25]))
     if event_kind != "none":
         lead_s_m = ego_s_m + (35.0 if event_kind == "braking_lead" else float(rng.uniform(90.0, 160.0)))
-        lane, lane_s_m = _lane_at(net, ego_lane_id, lead_s_m)
+        lane, lane_s_m = lane_at(net, ego_lane_id, lead_s_m)
         road.vehicles = [
             v for v in road.vehicles if np.linalg.norm(v.position - lane.position(lane_s_m, 0)) > 12.0
         ]
@@ -394,17 +207,6 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
     }
     route = route_polyline(net, ("n0", "n1", ego_lane_id), None)
     return Scene("highway", seed, road, ego, route, facts, events)
-
-
-def _lane_at(net, lane_id: int, s_m: float):
-    """The lane with id ``lane_id`` that holds arc length ``s_m`` from the road's start, and the local s."""
-    node = 0
-    while True:
-        lane = net.get_lane((f"n{node}", f"n{node + 1}", lane_id))
-        if s_m <= lane.length or f"n{node + 2}" not in net.graph.get(f"n{node + 1}", {}):
-            return lane, min(s_m, lane.length)
-        s_m -= lane.length
-        node += 1
 
 
 @dataclass(frozen=True)
