@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -23,11 +24,57 @@ def test_help_lists_every_verb(capsys) -> None:
         assert module.rsplit(".", 1)[1].replace("_", "-") in text
 
 
+VERBS = ["info", "plan", "train", "sim", "eval", "bench", "bag", "demo", "params"]
+
+
+def subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    """Arguments without help, and sub-commands without a line in their parent's help, at every level."""
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                missing += [] if summaries.get(name) else [f"{path} {name} (no summary)"]
+                missing += undocumented(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
+def test_the_parser_offers_exactly_the_verbs_in_order() -> None:
+    assert list(subcommands(build_parser()).choices) == VERBS
+    assert [m.rsplit(".", 1)[1].replace("_", "-") for m in VERB_MODULES] == VERBS
+
+
 def test_every_verb_has_help() -> None:
+    """Each verb has a line in ``wamdiff2 --help`` and a description, and every option of it is explained."""
     parser = build_parser()
-    subparsers = next(a for a in parser._actions if a.dest == "verb")
-    for name, sub in subparsers.choices.items():
-        assert sub.format_help().strip(), name
+    for name, sub in subcommands(parser).choices.items():
+        assert sub.description, f"wamdiff2 {name} has no description"
+    assert undocumented(parser, "wamdiff2") == []
+
+
+def test_the_undocumented_check_finds_a_bare_option_and_a_bare_verb() -> None:
+    parser = argparse.ArgumentParser(prog="x")
+    sub = parser.add_subparsers(dest="verb").add_parser("go", help="go somewhere")
+    sub.add_argument("--far", action="store_true")
+    parser._subparsers._group_actions[0].add_parser("stay")
+    assert undocumented(parser, "x") == ["x go --far", "x stay (no summary)"]
+
+
+def test_params_prints_the_parameter_file_or_one_node(capsys) -> None:
+    from wamdiff2_ros.cli.params import NODE_CHOICES
+    from wamdiff2_ros.nodes.params import NODES, render_node_yaml, render_parameter_file
+
+    assert tuple(NODES) == NODE_CHOICES
+    assert main(["params"]) == 0
+    assert capsys.readouterr().out == render_parameter_file()
+    assert main(["params", "--node", "scorer"]) == 0
+    assert capsys.readouterr().out == render_node_yaml("scorer")
 
 
 def test_missing_verb_is_a_usage_error() -> None:

@@ -15,7 +15,7 @@ from wamdiff2_ros.model.presets import preset_config
 
 
 def test_2b_forward_reads_3_44_gb_and_floors_at_0_80_ms():
-    # shared/research/gpu_probe.md: 1.721 B text-decoder parameters, 3.44 GB bf16, 0.80 ms at 4.3 TB/s.
+    # docs/REFERENCE.md §7.2: 1.721 B text-decoder parameters, 3.44 GB bf16, 0.80 ms at 4.3 TB/s.
     cost = forward_cost(preset_config("2b").text_config, tokens=32, context=0)
     assert cost.weight_bytes == pytest.approx(3.44e9, rel=0.01)
     assert cost.floor_ms() == pytest.approx(0.80, rel=0.01)
@@ -26,7 +26,7 @@ def test_block_32_with_8_steps_floors_near_a_quarter_of_ar():
     fused = block_floor_ms_per_token(text, 32, 8, context=2100, clean_pass=False)
     reference = block_floor_ms_per_token(text, 32, 8, context=2100, clean_pass=True)
     assert reference / fused == pytest.approx(9 / 8)
-    assert 0.20 < fused < 0.25  # anchors §4: 0.20 ms/token before the K/V reads
+    assert 0.20 < fused < 0.25  # docs/REFERENCE.md §7.2: 0.20 ms/token before the K/V reads
 
 
 def test_kv_bytes_grow_with_context_and_rows():

@@ -1,4 +1,5 @@
-"""Parameter tables: unique names, sane defaults, and config/planner.yaml in step with them (no drift)."""
+"""Parameter tables: unique names, sane defaults, decoder defaults from DecodeConfig, and config/planner.yaml
+rendered from them (values and comments: no drift)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, DecodeConfig
 from wamdiff2_ros.nodes.params import (
+    NODES,
     PLANNER_PARAMS,
     SCORER_PARAMS,
     Param,
+    allowed_values,
     image_size_hw,
     read_parameter_file,
+    render_node_yaml,
+    render_parameter_file,
+    yaml_scalar,
 )
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 TABLES = {"wamdiff2_planner": PLANNER_PARAMS, "wamdiff2_scorer": SCORER_PARAMS}
+PLANNER = {p.name: p for p in PLANNER_PARAMS}
 
 
 def yaml_parameters(path: Path, node: str) -> dict:
@@ -41,6 +49,69 @@ def test_every_default_is_within_its_own_range(node: str) -> None:
 @pytest.mark.parametrize("node", list(TABLES))
 def test_planner_yaml_lists_exactly_the_table_with_its_defaults(node: str) -> None:
     assert yaml_parameters(CONFIG / "planner.yaml", node) == {p.name: p.default for p in TABLES[node]}
+
+
+def test_planner_yaml_is_the_rendering_of_the_tables_comments_included() -> None:
+    """Regenerate with ``wamdiff2 params > config/planner.yaml`` after changing a table."""
+    assert (CONFIG / "planner.yaml").read_text() == render_parameter_file()
+
+
+@pytest.mark.parametrize("node", list(NODES))
+def test_each_parameter_is_commented_with_its_description_and_allowed_values(node: str) -> None:
+    text = render_node_yaml(node)
+    comments = text.split("ros__parameters:\n", 1)[1].split("\n")
+    name, table = NODES[node]
+    assert text.startswith(f"/**/{name}:\n") and yaml.safe_load(text) == {
+        f"/**/{name}": {"ros__parameters": {p.name: p.default for p in table}}
+    }
+    for param in table:
+        line = f"    {param.name}: {yaml_scalar(param.default)}"
+        block = []
+        for previous in reversed(comments[: comments.index(line)]):
+            if not previous.startswith("    # "):
+                break
+            block.insert(0, previous.removeprefix("    # "))
+        assert " ".join(block) == f"{param.description} {allowed_values(param)}".strip(), param.name
+        assert all(len(f"    # {b}") <= 110 for b in block), param.name
+
+
+@pytest.mark.parametrize(
+    ("param", "shown"),
+    [
+        (Param("x.mode", "", "Mode.", choices=("", "a")), '("" | a)'),
+        (Param("x.count", 1, "Count.", 0, 3), "[0, 3]"),
+        (Param("x.gain", 0.5, "Gain.", 0, 2), "[0.0, 2.0]"),  # shown in the parameter's own type
+        (Param("x.on", True, "On."), ""),
+        (Param("x.name", "a", "Name."), ""),
+    ],
+)
+def test_allowed_values_as_the_comments_show_them(param: Param, shown: str) -> None:
+    assert allowed_values(param) == shown
+
+
+@pytest.mark.parametrize("value", [True, False, 0, 2**31 - 1, 0.05, 1.0, 1e-5, -2.5, "", "a: b", 'say "x"'])
+def test_yaml_scalars_read_back_as_the_same_value_and_type(value) -> None:
+    read = yaml.safe_load(f"k: {yaml_scalar(value)}")["k"]
+    assert read == value and type(read) is type(value)
+
+
+def test_decoder_parameters_take_decode_config_defaults_unless_the_node_differs_on_purpose() -> None:
+    decode = DecodeConfig()
+    same = {
+        "decoder.block_size": decode.block_size,
+        "decoder.commit_rule": decode.commit_rule,
+        "decoder.cuda_graphs": decode.cuda_graphs,
+        "decoder.compile": decode.compile,
+        "decoder.threshold": decode.threshold,
+        "decoder.max_new_tokens": decode.max_new_tokens,
+        "decoder.max_step_m": decode.max_step_m,
+        "candidates.seed": decode.seed,
+    }
+    assert {name: PLANNER[name].default for name in same} == same
+    # The node's own choices, each explained where the table declares it.
+    differ = {"decoder.steps": PLAN_STEPS, "decoder.backend": "sdpa", "decoder.grammar": True}
+    assert {name: PLANNER[name].default for name in differ} == differ
+    assert PLANNER["decoder.backend"].choices == (*BACKENDS, "auto")
 
 
 @pytest.mark.parametrize("preset", ["carla.yaml", "gpu.yaml"])

@@ -7,6 +7,7 @@ checks what comes out (stamps, frames, shapes, diagnostics), as a camera driver 
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
 
 from wamdiff2_ros.decoding.planner import Planner
+from wamdiff2_ros.model.parse import salvage_detections
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.qos import RELIABLE
@@ -33,6 +35,7 @@ PARAMS = {
     "output.frame_id": "ego_vehicle",
     "qos.image_reliability": "reliable",
     "diagnostics.period_s": 0.2,
+    "diagnostics.missing_topic_s": 0.5,
     "input.max_age_s": 30.0,
     "fallback.hold_s": 5.0,
     "output.detections_every_n": 2,
@@ -188,8 +191,32 @@ def test_detections_carry_the_image_header_and_size(planner) -> None:
     assert detections.header.frame_id == "camera_front" and detections.header.stamp in planned_stamps
     assert (detections.image_width, detections.image_height) == (320, 180)
     assert detections.raw_text  # random weights: the answer is kept even when it is no valid JSON
+    # One Detection2D per well-formed item of the answer. The tiny random-weight model answers "[]" here, so
+    # the list may be empty: boxes and their bounds are checked on real boxes in convert/test_detections.py.
+    items = salvage_detections(detections.raw_text)[0]
+    assert [d.label for d in detections.detections] == [item.label for item in items], detections.raw_text
     for box in detections.detections:
         assert 0 <= box.x_min <= box.x_max <= 320 and 0 <= box.y_min <= box.y_max <= 180
+
+
+@pytest.mark.ros
+def test_a_silent_input_is_reported_missing_after_diagnostics_missing_topic_s(planner) -> None:
+    process, probe, _ = planner
+    plan_once(planner)  # both inputs seen; from here on the driver sends nothing
+    before = len(probe.received["/diagnostics"])
+    pattern = re.compile(r"missing_odometry: ~/input/odometry: nothing for ([0-9.]+) s")
+
+    def silence_s() -> float | None:
+        for report in probe.received["/diagnostics"][before:]:
+            for status in report.status:
+                found = pattern.search(status.message) if status.name == NODE else None
+                if found:
+                    return float(found.group(1))
+        return None
+
+    assert probe.spin_until(lambda: silence_s() is not None, 10), latest_problems(probe)
+    # Reported once silent for longer than the parameter (0.5 s), long before the node's former fixed 2 s.
+    assert 0.5 < silence_s() < 2.0, node_output(process)
 
 
 def bad_image(encoding: str = "bgr8", data_bytes: int | None = None, shape=(180, 320, 3)) -> Image:
@@ -277,9 +304,13 @@ def test_model_failure_publishes_a_flagged_finite_fallback(planner) -> None:
 
 @pytest.mark.ros
 def test_every_published_trajectory_was_well_formed(planner) -> None:
+    """What the earlier tests published, and a plan and a fallback of this test's own (so it runs alone)."""
     _, probe, _ = planner
+    _, planned = plan_once(planner)
+    _, failed = plan_once(planner, image=bad_image(shape=(1, 300, 3)))  # the model fails: a fallback
     trajectories = probe.received[f"{NODE}/output/trajectory"]
-    assert trajectories
+    statuses = {t.status for t in trajectories if t.header.stamp in (planned, failed)}
+    assert statuses == {PlannedTrajectory.STATUS_OK, PlannedTrajectory.STATUS_FALLBACK}
     for trajectory in trajectories:
         assert len(trajectory.points) == 8
         assert all(math.isfinite(v) for p in trajectory.points for v in (p.position.x, p.position.y, p.speed))
@@ -291,7 +322,11 @@ def test_every_published_trajectory_was_well_formed(planner) -> None:
 def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(ros_context) -> None:
     namespace = "/planner_warmup_test"
     node = f"{namespace}/wamdiff2_planner"
-    process = start_node("wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "warmup.image_size": "1280x720"})
+    # A full-size frame at the reference's pixel budget: seconds of warm-up even on the tiny preset, so the
+    # probe is matched and frames arrive while it runs (a shorter one can end before either).
+    process = start_node(
+        "wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "warmup.image_size": "1920x1080"}
+    )
     topic = f"{node}/output/trajectory"
     outputs = {"/diagnostics": DiagnosticArray, topic: PlannedTrajectory}
     probe = Probe(ros_context, "planner_warmup_probe", outputs)
@@ -318,7 +353,7 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     first_ready = states.index("ready")
     assert states.index("warming up") < first_ready and "loading" not in states[first_ready:]
     warming = [(status, values) for status, values in reports() if values["model_state"] == "warming up"]
-    assert all("1280x720 frame with detection" in status.message for status, _ in warming)
+    assert all("1920x1080 frame with detection" in status.message for status, _ in warming)
     assert all(values["frames_submitted"] == "0" for _, values in warming)  # nothing queued meanwhile
     ready = reports()[first_ready][1]
     assert "warmed up in" in ready["model"] and "last_problem.warmup" not in ready, output

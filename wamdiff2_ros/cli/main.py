@@ -23,6 +23,7 @@ VERB_MODULES = (
     "wamdiff2_ros.cli.bench",
     "wamdiff2_ros.cli.bag",
     "wamdiff2_ros.cli.demo",
+    "wamdiff2_ros.cli.params",
 )
 
 
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wamdiff2",
         description=(
             "WAM-Diff2 block-diffusion driving planner: plan, benchmark, train, simulate, "
-            "evaluate, replay bags and run the demo."
+            "evaluate, replay bags, run the demo and print the node parameters."
         ),
         epilog="Run 'wamdiff2 VERB --help' for the options of one verb.",
     )

@@ -12,7 +12,6 @@ import json
 import sys
 import time
 
-from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS
 
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
@@ -41,7 +40,7 @@ DEFAULTS = {
     "dtype": "fp32",
     "block_size": 32,
     "steps": PLAN_STEPS,
-    "remasking": commit_rules.names()[0],
+    "remasking": "low_confidence_dynamic",
     "backend": "eager",
     "cuda_graphs": False,
     "compile": False,
@@ -80,8 +79,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--block-size", type=int, help="tokens per block B; 1 = AR (default 32)")
     parser.add_argument("--steps", type=int, help=f"denoising steps per block (default {PLAN_STEPS})")
+    # No choices here: the rule registry imports torch, and building the parser must not; DecodeConfig
+    # refuses an unknown rule with the list of registered ones.
     parser.add_argument(
-        "--remasking", choices=commit_rules.names(), help=f"commit rule (default {commit_rules.names()[0]})"
+        "--remasking",
+        help="commit rule: low_confidence_dynamic (default), low_confidence_static, sequential, or another "
+        "registered one",
     )
     parser.add_argument("--threshold", type=float, help="dynamic rule threshold (default 0.9)")
     parser.add_argument("--candidates", type=int, help="trajectories decoded in one batch (K, default 1)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.errors import InputError
 
 CACHE_ORDERS = ("fused", "reference")
@@ -76,6 +75,8 @@ class DecodeConfig:
     compile: bool = False
 
     def __post_init__(self) -> None:
+        from wamdiff2_ros.decoding import commit_rules  # the registry (and torch) only once a config is made
+
         choices = {
             "decoder": DECODERS,
             "commit_rule": commit_rules.names(),  # the registry's: a new rule is valid once registered

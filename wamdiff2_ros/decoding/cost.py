@@ -3,7 +3,7 @@
 A forward must read every layer weight and the LM head once (the embedding table only one row per token), plus
 the K/V it attends over; the larger of bytes / bandwidth and FLOPs / matrix rate is the floor no
 implementation beats. Leaves out the vision tower (prefill only) and activations (small at these sizes).
-Peaks are arguments: the H200's measured 4.3 TB/s copy rate (shared/research/gpu_probe.md) is the default,
+Peaks are arguments: the H200's measured 4.3 TB/s copy rate (docs/REFERENCE.md §7.1) is the default,
 the datasheet's 4.8 TB/s beside it.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-H200_MEASURED_BYTES_PER_S = 4.3e12  # device-to-device copy, read + write (gpu_probe.md)
+H200_MEASURED_BYTES_PER_S = 4.3e12  # device-to-device copy, read + write (docs/REFERENCE.md §7.1)
 H200_DATASHEET_BYTES_PER_S = 4.8e12
 H200_DENSE_BF16_FLOPS = (
-    7.9e14  # measured bf16 matrix rate on random data (device KINDS.md, about 790 TFLOP/s)
+    7.9e14  # measured bf16 matrix rate on random data (docs/REFERENCE.md §7.1: 788 TFLOP/s)
 )
 
 

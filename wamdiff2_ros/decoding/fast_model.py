@@ -262,7 +262,7 @@ class LeanDecoder:
             tokens = self.rows[tokens]
         layers, keys, values = self.layers, cache.keys, cache.values
         # Compiled, the work between two attention calls is the four GEMMs and a few fused kernels
-        # (gpu_probe.md: at 2b sizes a forward is bound by kernel count, not bytes).
+        # (docs/REFERENCE.md §7.3: at 2b sizes a forward is bound by kernel count, not bytes).
         x, q, slots, cos, sin = self._begin(
             tokens,
             start,

@@ -276,3 +276,23 @@ class Planner:
             return PlannedCandidate(text, seed, parse_waypoints(text, max_abs_m=self.bound_m))
         except ParseError as error:
             return PlannedCandidate(text, seed, None, str(error))
+
+    def memory_allocated_mb(self) -> float | None:
+        """MiB of the model device's memory held by tensors (torch's allocator), or None on a CPU model."""
+        device = self.loaded.model.device
+        if device.type != "cuda":
+            return None
+        return torch.cuda.memory_allocated(device) / 2**20
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        """Whether a failed ``plan`` or ``detect`` ran out of device memory (torch's OutOfMemoryError, or
+        another error saying "out of memory", as some kernels and allocators raise); ``release_memory`` then
+        gives the cached blocks back before the next frame."""
+        return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+    def release_memory(self) -> None:
+        """Give the CUDA allocator's cached, unused blocks back to the device (after an out-of-memory error);
+        nothing on a CPU model. What the model, caches and CUDA graphs hold stays allocated."""
+        if self.loaded.model.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -71,7 +71,8 @@ def play(
         clock: publish /clock from the bag's time.
         clock_hz: /clock rate in bag time.
         topics: only these topics (all when empty).
-        discovery_wait_s: pause after creating the publishers so subscribers can match.
+        discovery_wait_s: after creating the publishers, wait until each has matched a subscriber, at most
+            this long (a topic nobody subscribes to yet waits it out).
 
     Raises:
         ValueError: rate <= 0, or a message type that is not installed here.
@@ -93,7 +94,7 @@ def play(
             for c in connections
         }
         clock_publisher = node.create_publisher(Clock, CLOCK_TOPIC, QoSProfile(depth=10)) if clock else None
-        time.sleep(discovery_wait_s)
+        _wait_for_subscribers([*publishers.values(), *([clock_publisher] if clock else [])], discovery_wait_s)
         wall_start, bag_start, next_clock_ns = time.monotonic(), None, None
         clock_step_ns = int(1e9 / clock_hz)
         for connection, stamp_ns, raw in reader.messages(connections=connections):
@@ -109,6 +110,13 @@ def play(
             publishers[connection.id].publish(bytes(raw))  # raw CDR, as stored
             published[connection.topic] += 1
     return published
+
+
+def _wait_for_subscribers(publishers: list, timeout_s: float) -> None:
+    """Return once every publisher has matched a subscriber, or after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.get_subscription_count() == 0 for p in publishers) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _sleep_until(wall_s: float) -> None:

@@ -1,8 +1,10 @@
 """ROS parameters of the nodes: one table each, declared with descriptors, read into plain values.
 
-The tables are the single source of truth: ``config/planner.yaml`` must list exactly these names with these
-defaults (a test checks it), and the README's parameter table is generated from them (``wamdiff2 params``).
-Names group with dots and carry units (``input.sync_slop_s``), as Autoware does.
+The tables are the single source of truth: ``config/planner.yaml`` is rendered from them, comments included
+(``render_parameter_file``, printed by ``wamdiff2 params``; a test checks the file equals the rendering).
+Names group with dots and carry units (``input.sync_slop_s``), as Autoware does. The decoder's parameters
+take their defaults and choices from ``DecodeConfig`` where the node agrees with it; where it does not, the
+node's value is written out with the reason.
 
 Importing this module needs no ROS (rclpy and rcl_interfaces load inside ``declare`` and ``descriptor``):
 ``wamdiff2 plan --config`` reads parameter files through these tables where no ROS is installed.
@@ -10,12 +12,15 @@ Importing this module needs no ROS (rclpy and rcl_interfaces load inside ``decla
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wamdiff2_ros.decoding.config import PLAN_STEPS
+from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, DecodeConfig
 
 if TYPE_CHECKING:
     from rcl_interfaces.msg import ParameterDescriptor
@@ -60,6 +65,8 @@ class Param:
         return value
 
 
+_DECODE = DecodeConfig()  # the decoder's own defaults, which the node's decoder parameters start from
+
 PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
         "model.checkpoint",
@@ -75,37 +82,57 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param("model.device", "cpu", "Torch device of the model, e.g. cpu or cuda:0."),
     Param("model.dtype", "fp32", "Weights and activations dtype.", choices=("fp32", "bf16", "fp16")),
-    Param("decoder.block_size", 32, "Tokens denoised together (1 = autoregressive).", 1, 64),
+    Param("decoder.block_size", _DECODE.block_size, "Tokens denoised together (1 = autoregressive).", 1, 64),
+    # PLAN_STEPS (8), not DecodeConfig's 32 (the reference's): on the default model the dynamic rule plans as
+    # well in a third fewer forwards (decoding/config.py says why).
     Param("decoder.steps", PLAN_STEPS, "Denoising forwards allowed per block.", 1, 64),
     Param(
         "decoder.commit_rule",
-        "low_confidence_dynamic",
+        _DECODE.commit_rule,
         "Which masked tokens each step commits.",
-        choices=("low_confidence_dynamic", "low_confidence_static", "sequential"),
+        choices=commit_rules.names(),  # the registry's (decoding/commit_rules/)
     ),
+    # sdpa, not DecodeConfig's eager (the transformers reference the fast path is tested against): a node
+    # serves frames, so it takes the fast path; "auto" is resolved by decoding.attention.resolve_backend.
     Param(
         "decoder.backend",
         "sdpa",
         "Decoder forward: the fast path (static cache, lean forward; sdpa or flashinfer attention) or eager "
         "(transformers, the reference it is tested against); auto: flashinfer where it is installed and "
         "model.device is CUDA, else sdpa.",
-        choices=("eager", "sdpa", "flashinfer", "auto"),
+        choices=(*BACKENDS, "auto"),
     ),
-    Param("decoder.cuda_graphs", False, "Replay CUDA graphs (fast backends on a CUDA device only)."),
+    Param(
+        "decoder.cuda_graphs",
+        _DECODE.cuda_graphs,
+        "Replay CUDA graphs (fast backends on a CUDA device only).",
+    ),
     Param(
         "decoder.compile",
-        False,
+        _DECODE.compile,
         "torch.compile the fast backends' lean forward (the first plan of each shape waits for the compile).",
     ),
-    Param("decoder.threshold", 0.9, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0),
-    Param("decoder.max_new_tokens", 128, "Answer tokens at most.", 8, 1024),
+    Param(
+        "decoder.threshold", _DECODE.threshold, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0
+    ),
+    Param("decoder.max_new_tokens", _DECODE.max_new_tokens, "Answer tokens at most.", 8, 1024),
+    # On, unlike DecodeConfig (off: the reference decodes unconstrained): a node must publish a plan that
+    # parses, so its answers are constrained.
     Param(
         "decoder.grammar",
         True,
         "Constrain the answers so they always parse: plans into 8 bounded waypoints, detections into "
         "grounding JSON with the prompt's labels.",
     ),
-    Param("decoder.max_step_m", 20.0, "Grammar bound on each coordinate per 0.5 s step, metres.", 1.0, 100.0),
+    Param(
+        "decoder.max_step_m",
+        _DECODE.max_step_m,
+        "Grammar bound on each coordinate per 0.5 s step, metres.",
+        1.0,
+        100.0,
+    ),
+    # 4 candidates sampled at 0.7, not DecodeConfig's one greedy answer: the node feeds the scorer K
+    # alternatives (candidate 0 stays greedy: decode_config sets greedy_first).
     Param("candidates.count", 4, "Candidate trajectories decoded together for the scorer (1 = none).", 1, 16),
     Param(
         "candidates.temperature",
@@ -114,7 +141,7 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         0.0,
         2.0,
     ),
-    Param("candidates.seed", 0, "Seed of the candidate sampler.", 0, 2**31 - 1),
+    Param("candidates.seed", _DECODE.seed, "Seed of the candidate sampler.", 0, 2**31 - 1),
     Param(
         "warmup.image_size",
         "",
@@ -143,7 +170,19 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         False,
         "Odometry twist is in the parent (world) frame, not the body frame.",
     ),
-    Param("input.use_imu", True, "Take acceleration from the IMU when fresh, else differentiate velocity."),
+    Param(
+        "input.use_imu",
+        True,
+        "Take acceleration from the IMU when fresh (input.imu_max_age_s), else differentiate velocity.",
+    ),
+    Param(
+        "input.imu_max_age_s",
+        0.2,
+        "An IMU sample further than this from the odometry stamp is not used (the velocity is "
+        "differentiated instead), seconds.",
+        0.0,
+        10.0,
+    ),
     Param(
         "input.max_pixels",
         0,
@@ -178,6 +217,13 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param("qos.image_depth", 1, "Queue depth of the camera subscription.", 1, 100),
     Param("diagnostics.period_s", 1.0, "Period of /diagnostics status messages, seconds.", 0.1, 60.0),
+    Param(
+        "diagnostics.missing_topic_s",
+        2.0,
+        "Once the model is ready, an image or odometry topic silent for longer is reported missing, seconds.",
+        0.1,
+        600.0,
+    ),
 )
 
 
@@ -216,6 +262,71 @@ SCORER_PARAMS: tuple[Param, ...] = (
 
 # Declared by rclpy itself on every node, so never in the tables.
 RCLPY_PARAMETERS = ("use_sim_time", "start_type_description_service")
+
+# ``wamdiff2 params --node NAME``: the node's name in parameter files and its table.
+NODES: dict[str, tuple[str, tuple[Param, ...]]] = {
+    "planner": ("wamdiff2_planner", PLANNER_PARAMS),
+    "scorer": ("wamdiff2_scorer", SCORER_PARAMS),
+}
+PARAMETER_FILE_HEADER = (
+    "Deployment defaults of the planner and scorer nodes (ROS 2 parameter file). Generated from the "
+    "tables in wamdiff2_ros/nodes/params.py by `wamdiff2 params > config/planner.yaml`: edit the tables, "
+    "not this file (test/nodes/test_params.py checks that they agree). Presets such as carla.yaml override "
+    "a few values on top of this file."
+)
+YAML_WIDTH = 110  # the repository's line length (ruff.toml)
+NBSP = "\u00a0"  # a space textwrap does not break at (allowed values stay on one comment line)
+
+
+def yaml_scalar(value: Any) -> str:
+    """``value`` as a YAML scalar that reads back as the same value and type (strings double-quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+    if isinstance(value, float):
+        text = repr(value)  # PyYAML reads 1e-05 as a string: write such floats out in full
+        return text if "e" not in text else f"{value:.20f}".rstrip("0")
+    return str(value)
+
+
+def allowed_values(param: Param) -> str:
+    """What the parameter accepts, as the YAML comment shows it: ``(a | b)`` or ``[low, high]``; else ""."""
+    if param.choices:
+        return "(" + " | ".join(choice or '""' for choice in param.choices) + ")"
+    if param.low is None or isinstance(param.default, bool):
+        return ""
+    kind = type(param.default)
+    return f"[{kind(param.low)!r}, {kind(param.high)!r}]"
+
+
+def _comment(text: str, indent: str, unbroken: str = "") -> list[str]:
+    """``text`` (then ``unbroken``, kept on one line) as comment lines of at most ``YAML_WIDTH``."""
+    width = YAML_WIDTH - len(indent) - 2
+    text = f"{text} {unbroken.replace(' ', NBSP)}".rstrip()
+    lines = textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+    return [f"{indent}# {line}".replace(NBSP, " ") for line in lines]
+
+
+def render_node_yaml(node: str) -> str:
+    """The parameter-file section of ``node`` (a key of ``NODES``): every parameter of its table with its
+    default, under a comment of its description and allowed values.
+
+    Raises:
+        KeyError: an unknown node.
+    """
+    name, table = NODES[node]
+    lines = [f"/**/{name}:", "  ros__parameters:"]
+    for param in table:
+        lines += _comment(param.description, "    ", allowed_values(param))
+        lines.append(f"    {param.name}: {yaml_scalar(param.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def render_parameter_file() -> str:
+    """``config/planner.yaml`` as the tables define it: a header comment, then every node's section."""
+    sections = [render_node_yaml(node) for node in NODES]
+    return "\n".join(_comment(PARAMETER_FILE_HEADER, "")) + "\n\n" + "\n".join(sections)
 
 
 def image_size_hw(text: str) -> tuple[int, int] | None:

@@ -37,14 +37,9 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
 from wamdiff2_ros.model.prompt import detection_user_text
-from wamdiff2_ros.msg import (
-    CandidateTrajectories,
-    Detection2D,
-    Detections2D,
-    DrivingCommand,
-    PlannedTrajectory,
-)
+from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
+from wamdiff2_ros.nodes.convert.detections import detections_2d
 from wamdiff2_ros.nodes.convert.images import compressed_to_numpy, image_to_numpy, numpy_to_image, to_rgb8
 from wamdiff2_ros.nodes.convert.odometry import (
     AccelerationFromVelocity,
@@ -68,7 +63,6 @@ COMMAND_WORDS = {
     DrivingCommand.RIGHT: "right",
     DrivingCommand.UNKNOWN: "unknown",
 }
-IMU_FRESH_NS = 200_000_000  # an IMU sample older than this (against the odometry stamp) is not used
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ class Frame:
     received_monotonic_s: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeldPlan:
     stamp_ns: int
     waypoints_ego: np.ndarray
@@ -95,10 +89,15 @@ class PlannerNode(Node):
         self._acceleration = AccelerationFromVelocity()
         self._imu: tuple[int, tuple[float, float]] | None = None
         self._command = DrivingCommand.UNKNOWN
+        # The plan the hold fallback shifts in time. Two threads touch it: the worker thread sets it (a good
+        # plan, _on_result) and reads it (_fallback), the executor thread clears it (a time jump, _note_sync);
+        # _held_lock guards every access (taken after _sync_lock there, and alone elsewhere).
         self._held: HeldPlan | None = None
+        self._held_lock = threading.Lock()
         self._last_received_s: dict[str, float] = {}
         self._plans_since_detection = 0
-        self.planner: Planner | None = None
+        self.planner: Planner | None = None  # set once loaded and warmed up: from then on frames are planned
+        self._loaded: Planner | None = None  # set once loaded, before the warm-up: for memory statistics
 
         self.pub_trajectory = self.create_publisher(PlannedTrajectory, "~/output/trajectory", qos.RELIABLE)
         self.pub_candidates = self.create_publisher(
@@ -168,6 +167,7 @@ class PlannerNode(Node):
             self._set_model_state("error", f"{type(error).__name__}: {error}")
             self.get_logger().error(f"model {source} failed to load: {error}")
             return
+        self._loaded = planner
         message = f"{planner.name} in {time.perf_counter() - started:.1f} s"
         image_hw = image_size_hw(p["warmup.image_size"])
         if image_hw is not None:
@@ -240,7 +240,8 @@ class PlannerNode(Node):
             return
         derived = self._acceleration.update(stamp, velocity)
         imu = self._imu
-        use_imu = self.params["input.use_imu"] and imu is not None and abs(stamp - imu[0]) <= IMU_FRESH_NS
+        fresh_ns = self.params["input.imu_max_age_s"] * 1e9
+        use_imu = self.params["input.use_imu"] and imu is not None and abs(stamp - imu[0]) <= fresh_ns
         motion = EgoMotion(stamp, velocity, imu[1] if use_imu else derived)
         with self._sync_lock:
             resets = self.sync.counts["reset"]
@@ -251,7 +252,8 @@ class PlannerNode(Node):
     def _note_sync(self, resets_before: int) -> None:
         if self.sync.counts["reset"] > resets_before:
             self.health.problem("time_jump", "input stamps jumped backwards; synchroniser reset")
-            self._held = None
+            with self._held_lock:
+                self._held = None
 
     def _on_imu(self, msg: Imu) -> None:
         self._seen("imu")
@@ -322,7 +324,8 @@ class PlannerNode(Node):
         first = output.candidates[0]
         if first.waypoints_ego is not None:
             trajectory = candidates[0]
-            self._held = HeldPlan(stamp_ns(header), first.waypoints_ego)
+            with self._held_lock:
+                self._held = HeldPlan(stamp_ns(header), first.waypoints_ego)
         else:
             trajectory = self._fallback(
                 header, match.state, f"model answer did not parse: {first.parse_error}", first.text
@@ -349,35 +352,23 @@ class PlannerNode(Node):
         )
         if output.parse_error:
             self.health.problem("detection_parse", output.parse_error)
-        height, width = frame.image_rgb.shape[:2]
-        detections = [
-            Detection2D(
-                label=label, score=1.0, x_min=float(x1), y_min=float(y1), x_max=float(x2), y_max=float(y2)
-            )
-            for (x1, y1, x2, y2), label in zip(output.boxes_px, output.labels, strict=True)
-        ]
-        self.pub_detections.publish(
-            Detections2D(
-                header=frame.header,
-                image_width=width,
-                image_height=height,
-                detections=detections,
-                raw_text=output.text,
-            )
-        )
+        try:
+            message = detections_2d(output, frame.header, frame.image_rgb.shape[:2])
+        except InputError as error:  # diagnosed; the plan of this frame is out already, so no fallback
+            self.health.problem("detection", str(error))
+            return
+        self.pub_detections.publish(message)
         if self.pub_detection_image.get_subscription_count() > 0:
             drawn = draw_boxes(frame.image_rgb[:, :, ::-1], output.boxes_px, output.labels)
             self.pub_detection_image.publish(numpy_to_image(drawn, "bgr8", frame.header))
 
     def _on_inference_error(self, item: tuple[Match[Frame, EgoMotion], int], error: BaseException) -> None:
         match, command = item
-        kind = "out_of_memory" if "out of memory" in str(error).lower() else "model"
+        out_of_memory = Planner.is_out_of_memory(error)
         reason = f"{type(error).__name__}: {error}"
-        self.health.problem(kind, reason)
-        if kind == "out_of_memory" and self.params["model.device"].startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()  # give the allocator's cached blocks back before the next frame
+        self.health.problem("out_of_memory" if out_of_memory else "model", reason)
+        if out_of_memory and self.planner is not None:
+            self.planner.release_memory()  # the allocator's cached blocks go back before the next frame
         if not isinstance(error, Wamdiff2Error):
             self.get_logger().error(f"inference failed: {reason}")
         header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
@@ -393,7 +384,8 @@ class PlannerNode(Node):
         mode = self.params["fallback.mode"]
         if mode == "none":
             return None
-        held = self._held
+        with self._held_lock:
+            held = self._held
         elapsed_s = (stamp_ns(header) - held.stamp_ns) / 1e9 if held is not None else None
         if mode == "hold" and elapsed_s is not None and 0 <= elapsed_s <= self.params["fallback.hold_s"]:
             waypoints, how = (
@@ -441,7 +433,8 @@ class PlannerNode(Node):
         now = time.monotonic()
         for topic in ("image", "odometry"):
             last = self._last_received_s.get(topic)
-            if self.planner is not None and (last is None or now - last > 2.0):
+            limit_s = self.params["diagnostics.missing_topic_s"]
+            if self.planner is not None and (last is None or now - last > limit_s):
                 waited = "never received" if last is None else f"nothing for {now - last:.1f} s"
                 self.health.problem(f"missing_{topic}", f"~/input/{topic}: {waited}")
         worker = self.worker
@@ -452,10 +445,9 @@ class PlannerNode(Node):
             "frames_failed": str(worker.failed),
             **{f"sync.{key}": str(value) for key, value in sorted(self.sync.counts.items())},
         }
-        if self.params["model.device"].startswith("cuda"):
-            import torch
-
-            extra["gpu_memory_allocated_mb"] = f"{torch.cuda.memory_allocated() / 2**20:.0f}"
+        memory_mb = self._loaded.memory_allocated_mb() if self._loaded is not None else None
+        if memory_mb is not None:  # None on a CPU model
+            extra["gpu_memory_allocated_mb"] = f"{memory_mb:.0f}"
         self.pub_diagnostics.publish(self.health.array(self.get_clock().now().to_msg(), extra))
 
     def destroy_node(self) -> None:

@@ -2,8 +2,7 @@
 
 One dataclass covers the three stages (sft, adapt, distill) so that every key has one meaning everywhere;
 stage-specific checks live in ``TrainConfig.__post_init__``. Unknown keys and mistyped values are errors,
-never silent defaults. Defaults are the reference's Stage I values (shared/research/wamdiff2_reference.md
-§3.1).
+never silent defaults. Defaults are the reference's Stage I values (docs/REFERENCE.md §3.1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """sensor_msgs Image / CompressedImage <-> numpy arrays, without cv_bridge.
 
-PyPI's ``cv-bridge`` is a broken ROS 1 copy (shared/research/feasibility_ros.md §4), so this is a small
+PyPI's ``cv-bridge`` is a broken ROS 1 copy (docs/REFERENCE.md §9.1), so this is a small
 numpy converter: it honours ``step`` row padding and ``is_bigendian``, returns arrays in native byte order,
 and rejects anything unsupported or inconsistent with an ``ImageConversionError`` that names the problem.
 JPEG/PNG decoding and encoding of CompressedImage go through OpenCV. Colour conversion for the model is
