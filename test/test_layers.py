@@ -1,4 +1,4 @@
-"""The layer rule of DESIGN.md: only wamdiff2_ros.nodes imports rclpy or ROS message types."""
+"""The layer rule of docs/DESIGN.md: only wamdiff2_ros.nodes imports rclpy or ROS message types."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from wamdiff2_ros.model.masks import inference_mask, training_mask, training_mas
 
 
 def plain_inference_visible(prompt_len: int, total_len: int, block_size: int, q: int, k: int) -> bool:
-    """Reference §1.5 written out: prompt blocks of B from 0, answer blocks of B from the prompt end."""
+    """docs/REFERENCE.md §1.5 written out: prompt blocks of B from 0, answer blocks of B from prompt end."""
 
     def block(pos: int) -> int:
         if pos < prompt_len:

@@ -1,4 +1,4 @@
-"""Kernel probes behind the fast path's choices (docs/BENCHMARKS.md, GPU decoding, third pass). GPU only.
+"""Kernel probes behind the fast path's choices (GPU only; docs/log/benchmarks-gpu-decoding-2026-11-30.md).
 
 gemm: the 2b text decoder's matrix products at M = 32..256 rows (cuBLAS via F.linear, FP8 via _scaled_mm,
 Inductor max-autotune at M = 32). attention: one block's 32 queries (16 query / 8 KV heads of 128) over

@@ -49,7 +49,7 @@ def build_model(
     """
     if isinstance(config, str):
         config = preset_config(config)
-    # SDPA takes the boolean 4D masks as they are; eager would silently misread them (feasibility_ml.md §1.4).
+    # SDPA takes the boolean 4D masks as they are; eager would silently misread them (docs/REFERENCE.md §6.2).
     config._attn_implementation = "sdpa"
     torch_dtype = parse_dtype(dtype)
     previous_dtype = torch.get_default_dtype()

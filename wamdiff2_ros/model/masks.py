@@ -1,9 +1,8 @@
 """Block-causal attention masks for inference and for the [prefix | clean | noisy] training layout.
 
 Masks are boolean, True = may attend, shaped for SDPA (transformers passes a 4D mask through unchanged). Rules
-are the reference's (shared/research/wamdiff2_reference.md §1.5): block ids count B-sized chunks of the
-prompt from position 0, response blocks start at the prompt end, and query q sees key k iff
-block(q) >= block(k).
+are the reference's (docs/REFERENCE.md §1.5): block ids count B-sized chunks of the prompt from position 0,
+response blocks start at the prompt end, and query q sees key k iff block(q) >= block(k).
 """
 
 from __future__ import annotations
@@ -127,8 +126,8 @@ def training_mask(
         response_len: R, a multiple of B.
         block_size: B.
         clean_sees_noisy: ``True`` reproduces the reference SFT collator (collate_fns.py:1080-1086), where
-            every non-noisy query also sees noisy keys of its block or earlier (pitfall 1 of the reference
-            notes).
+            every non-noisy query also sees noisy keys of its block or earlier (pitfall 1 of docs/REFERENCE.md
+            §5).
 
     Returns:
         The mask.

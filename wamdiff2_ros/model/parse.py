@@ -1,7 +1,7 @@
 """Answer text to waypoints, 2D detections or a QA answer; a ``ParseError`` says what is wrong.
 
 Every parser first cuts at the first ``<|im_end|>`` (the reference leaves tokens after it in the last block;
-pitfall 6). Detection output follows Qwen3-VL's grounding format, a JSON list of
+pitfall 6 of docs/REFERENCE.md §5). Detection output follows Qwen3-VL's grounding format, a JSON list of
 ``{"bbox_2d": [x1, y1, x2, y2], "label": ...}``, which the reference does not document (its detection
 serializer is unreleased).
 """

@@ -1,7 +1,7 @@
 """M-RoPE position ids: the prompt's from transformers' ``get_rope_index``, the response's as index + delta.
 
 Positions are always passed explicitly: with a 4D mask, transformers would otherwise try to derive them
-from the mask and fail (feasibility_ml.md §1.4).
+from the mask and fail (docs/REFERENCE.md §6.2).
 """
 
 from __future__ import annotations

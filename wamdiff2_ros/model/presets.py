@@ -2,7 +2,7 @@
 
 Only shapes live here; weights come from a checkpoint (model/checkpoint.py) or random init
 (model/backbone.py).
-The 2b values are the published Qwen3-VL-2B-Instruct config.json (shared/research/feasibility_ml.md §1.3);
+The 2b values are the published Qwen3-VL-2B-Instruct config.json (docs/REFERENCE.md §6.1);
 the 8b values are the published Qwen3-VL-8B-Instruct config.json (the WAM-Diff2 teacher is
 "WAM-Diff2-B32-8B").
 """

@@ -1,6 +1,6 @@
 """The WAM-Diff2 planning prompt and answer text, exactly as the reference writes them.
 
-Reference: fudan-generative-vision/WAM-Diff2 README.md:103-125 (shared/research/wamdiff2_reference.md §1.3).
+Reference: fudan-generative-vision/WAM-Diff2 README.md:103-125 (docs/REFERENCE.md §1.3).
 Also the chat-templated prefix and its tensors (token ids, image patches). Decoding lives in decoding/.
 """
 

@@ -1,6 +1,6 @@
 """[prefix | clean | noisy] answer batches: stratified per-block mask ratios, training masks, positions.
 
-BD3-LM layout as the reference builds it (shared/research/wamdiff2_reference.md §1.5-1.6): the answer is
+BD3-LM layout as the reference builds it (docs/REFERENCE.md §1.5-1.6): the answer is
 padded with <|im_end|> to a multiple of B, the noisy copy masks each token of block i with probability t_i,
 and the noisy copy shares the clean copy's block ids and M-RoPE positions. The mask rules themselves are the
 model layer's (``model/masks.py``); this module only lays samples out and draws the noise.

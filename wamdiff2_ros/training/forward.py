@@ -1,6 +1,6 @@
 """The training forward: the backbone over a ``DiffusionBatch``, the LM head only at the masked positions.
 
-Scoring only the masked positions skips almost all of the 151,936-column head (feasibility_ml.md §5). The
+Scoring only the masked positions skips almost all of the 151,936-column head (docs/REFERENCE.md §6.3). The
 module wraps the model so that DDP sees the whole forward (calling ``model.model`` past a DDP wrapper would
 bypass its gradient hooks). A reduced-vocabulary model (``model/vocab.py``) is scored on its kept columns
 only (``loss_columns``): every other id is -inf, so the softmax, the CE and the JSD over those columns are

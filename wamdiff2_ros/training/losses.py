@@ -1,7 +1,7 @@
 """Losses on masked positions: 1/t-weighted cross-entropy and the symmetric Jensen-Shannon divergence.
 
 Both take logits already gathered at the masked positions (n of them, in batch order) and normalise as the
-reference does (shared/research/wamdiff2_reference.md §3.1-3.2): per sample, the sum over its masked positions
+reference does (docs/REFERENCE.md §3.1-3.2): per sample, the sum over its masked positions
 divided by its padded answer length R_s; then the sum over samples divided by the samples of the whole
 optimizer step. Gathering and the model call live in ``forward.py``.
 """

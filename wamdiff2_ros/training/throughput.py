@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from transformers import Qwen3VLConfig
 
-# Dense bf16 tensor-core peaks, FLOP/s (vendor datasheets; H200.md: the H100's rates).
+# Dense bf16 tensor-core peaks, FLOP/s (vendor datasheets; the H200 has the H100's: docs/REFERENCE.md §7.1).
 PEAK_BF16_FLOPS = {"NVIDIA H200": 989e12, "NVIDIA H100 80GB HBM3": 989e12}
 
 
