@@ -4,6 +4,7 @@ here): the installed executables under lib/wamdiff2_ros/, the YAML parameter fil
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from std_msgs.msg import Header
 
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
-from wamdiff2_ros.nodes.launch_spec import TOPICS, command_line, node_specs, transport_environment
+from wamdiff2_ros.nodes.launch_spec import (
+    TOPICS,
+    command_line,
+    node_specs,
+    ros_arguments,
+    transport_environment,
+)
 from wamdiff2_ros.nodes.qos import RELIABLE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +140,27 @@ def test_launch_file_builds_a_description() -> None:  # pragma: no cover - runs 
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.generate_launch_description().entities
+
+
+def _readme_commands() -> dict[str, list[str]]:
+    """The README's "without ROS launch" commands, by executable, as argument lists."""
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    joined = text.replace("\\\n", " ")
+    commands = {}
+    for line in joined.splitlines():
+        words = shlex.split(line.split("#")[0]) if ".venv/bin/wamdiff2-" in line else []
+        if words and words[0].startswith(".venv/bin/wamdiff2-") and "--ros-args" in words:
+            commands[words[0].removeprefix(".venv/bin/wamdiff2-")] = words[1:]
+    return commands
+
+
+def test_readme_runs_the_nodes_as_the_launch_file_does_for_carla() -> None:
+    # The command a pip user copies must carry what launch would: carla.yaml, sim time, every remap.
+    commands = _readme_commands()
+    specs = {
+        spec.name.removeprefix("wamdiff2_"): spec
+        for spec in node_specs(Path("."), preset="carla", use_sim_time=True)
+    }
+    assert set(commands) == set(specs) == {"planner", "scorer"}
+    for name, spec in specs.items():
+        assert commands[name] == ros_arguments(spec), name
