@@ -359,3 +359,22 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     assert "warmed up in" in ready["model"] and "last_problem.warmup" not in ready, output
     counted = [int(values.get("frames_before_model_ready", 0)) for _, values in reports()]
     assert counted[first_ready] > counted[states.index("warming up")]  # frames during the warm-up counted
+
+
+@pytest.mark.ros
+def test_diagnostics_run_on_wall_time_under_sim_time_before_any_clock(ros_context) -> None:
+    # With use_sim_time and no /clock (a simulator not yet started), the missing camera must still be said.
+    namespace = "/planner_sim_time_test"
+    node = f"{namespace}/wamdiff2_planner"
+    process = start_node("wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "use_sim_time": True})
+    probe = Probe(ros_context, "planner_sim_time_probe", {"/diagnostics": DiagnosticArray})
+
+    def missing_camera_reported_periodically() -> bool:  # not only at the state change to "ready"
+        statuses = [s for d in probe.received["/diagnostics"] for s in d.status if s.name == node]
+        return sum("last_problem.missing_image" in {kv.key for kv in s.values} for s in statuses) >= 3
+
+    try:
+        assert probe.spin_until(missing_camera_reported_periodically, 60), node_output(process)
+    finally:
+        probe.close()
+        stop_node(process)

@@ -7,6 +7,7 @@ from collections import Counter, deque
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 
@@ -29,6 +30,7 @@ class NodeHealth:
         self.counts: Counter[str] = Counter()
         self._problems: dict[str, str] = {}
         self._new_problems: set[str] = set()
+        self._notes: dict[str, str] = {}
         self.model_state = "loading"
         self.model_message = ""
 
@@ -56,6 +58,13 @@ class NodeHealth:
             self.counts[f"problem.{kind}"] += 1
             self._problems[kind] = reason
             self._new_problems.add(kind)
+
+    def note(self, kind: str, reason: str) -> None:
+        """Count a fact about the model's answers that is no fault of the node (e.g. a detection box the
+        parser rejected): reported with its newest reason, never raising the level."""
+        with self._lock:
+            self.counts[f"note.{kind}"] += 1
+            self._notes[kind] = reason
 
     def latency_percentiles_ms(self) -> tuple[float, float]:
         with self._lock:
@@ -88,6 +97,7 @@ class NodeHealth:
                 **{f"stage_p50_ms.{k}": f"{np.median(v):.1f}" for k, v in self._stages_ms.items()},
                 **{key: str(value) for key, value in sorted(self.counts.items())},
                 **{f"last_problem.{kind}": reason for kind, reason in sorted(self._problems.items())},
+                **{f"last_note.{kind}": reason for kind, reason in sorted(self._notes.items())},
                 **(extra or {}),
             }
         return DiagnosticStatus(
@@ -102,3 +112,8 @@ class NodeHealth:
         msg = DiagnosticArray(status=[self.status(extra)])
         msg.header.stamp = stamp
         return msg
+
+
+def steady_clock() -> Clock:
+    """The clock of diagnostics timers: monotonic wall time, whatever ``use_sim_time`` says."""
+    return Clock(clock_type=ClockType.STEADY_TIME)

@@ -49,7 +49,7 @@ from wamdiff2_ros.nodes.convert.odometry import (
     stamp_ns,
 )
 from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
-from wamdiff2_ros.nodes.diagnostics import NodeHealth
+from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
 from wamdiff2_ros.nodes.markers import draw_boxes, trajectory_markers
@@ -120,7 +120,9 @@ class PlannerNode(Node):
         self.create_subscription(Odometry, "~/input/odometry", self._on_odometry, qos.RELIABLE)
         self.create_subscription(Imu, "~/input/imu", self._on_imu, qos.RELIABLE)
         self.create_subscription(DrivingCommand, "~/input/command", self._on_command, qos.RELIABLE)
-        self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics)
+        # Wall-clock (steady) timer: under use_sim_time a ROS timer waits for /clock, and "image never
+        # received" would stay unreported until the simulator runs (and stop when it pauses).
+        self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics, clock=steady_clock())
         self.worker = LatestInputWorker(
             self._infer, self._on_result, self._on_inference_error, name="planner"
         )
@@ -351,7 +353,9 @@ class PlannerNode(Node):
             frame.image_rgb, detection_user_text(), self.params["output.detections_max_tokens"]
         )
         if output.parse_error:
-            self.health.problem("detection_parse", output.parse_error)
+            self.health.note(
+                "detection_parse", output.parse_error
+            )  # the model's quality, not the node's health
         try:
             message = detections_2d(output, frame.header, frame.image_rgb.shape[:2])
         except InputError as error:  # diagnosed; the plan of this frame is out already, so no fallback

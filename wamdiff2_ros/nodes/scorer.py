@@ -31,7 +31,7 @@ from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, PlannedTraject
 from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.convert.odometry import ego_velocity_mps, stamp_ns
 from wamdiff2_ros.nodes.convert.trajectories import waypoints_of
-from wamdiff2_ros.nodes.diagnostics import NodeHealth
+from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.markers import trajectory_markers
 from wamdiff2_ros.nodes.params import SCORER_PARAMS, declare
@@ -83,7 +83,7 @@ class ScorerNode(Node):
             CameraInfo, "~/input/camera_info", self._on_camera_info, qos.camera("reliable", 1)
         )
         self.create_subscription(Odometry, "~/input/odometry", self._on_odometry, qos.RELIABLE)
-        self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics)
+        self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics, clock=steady_clock())
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
