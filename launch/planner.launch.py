@@ -15,8 +15,7 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
-from launch.conditions import IfCondition
+from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -25,6 +24,7 @@ from wamdiff2_ros.nodes.launch_spec import (
     DEVICES,
     PACKAGE,
     node_specs,
+    rviz_plan,
     transport_environment,
 )
 
@@ -50,6 +50,16 @@ def _nodes(context):
             output="screen",
         )
         for spec in specs
+    ]
+
+
+def _rviz(context):
+    start, message = rviz_plan(LaunchConfiguration("rviz").perform(context).lower() == "true")
+    if not start:
+        return [LogInfo(msg=message)] if message else []
+    share = Path(get_package_share_directory(PACKAGE))
+    return [
+        Node(package="rviz2", executable="rviz2", arguments=["-d", str(share / "config" / "planner.rviz")])
     ]
 
 
@@ -84,11 +94,6 @@ def generate_launch_description() -> LaunchDescription:
             ),
             *transport,
             OpaqueFunction(function=_nodes),
-            Node(
-                package="rviz2",
-                executable="rviz2",
-                arguments=["-d", str(share / "config" / "planner.rviz")],
-                condition=IfCondition(LaunchConfiguration("rviz")),
-            ),
+            OpaqueFunction(function=_rviz),
         ]
     )

@@ -23,6 +23,7 @@ from wamdiff2_ros.nodes.launch_spec import (
     command_line,
     node_specs,
     ros_arguments,
+    rviz_plan,
     transport_environment,
 )
 from wamdiff2_ros.nodes.qos import RELIABLE
@@ -164,3 +165,11 @@ def test_readme_runs_the_nodes_as_the_launch_file_does_for_carla() -> None:
     assert set(commands) == set(specs) == {"planner", "scorer"}
     for name, spec in specs.items():
         assert commands[name] == ros_arguments(spec), name
+
+
+def test_rviz_is_started_only_where_it_is_installed() -> None:
+    assert rviz_plan(False) == (False, "")
+    assert rviz_plan(True, installed=True) == (True, "")
+    start, message = rviz_plan(True, installed=False)
+    assert not start and "rviz2 is not installed" in message and "run without it" in message
+    assert rviz_plan(True)[0] is False  # this machine (pip wheels) has no rviz2: the nodes start alone

@@ -169,3 +169,32 @@ def command_line(spec: NodeSpec, overrides: dict | None = None) -> list[str]:
         rendered = str(value).lower() if isinstance(value, bool) else str(value)
         arguments += ["-p", f"{name}:={rendered}"]
     return [str(Path(sys.prefix) / "lib" / PACKAGE / spec.executable), *arguments]
+
+
+def rviz_plan(requested: bool, installed: bool | None = None) -> tuple[bool, str]:
+    """Whether the launch file starts rviz2, and what it says about it.
+
+    A pip install has no rviz2: ``rviz:=true`` there must not fail the launch after the nodes are up (launch
+    then leaves them running as orphans), so the nodes start alone and the launch says why.
+
+    Args:
+        requested: the ``rviz`` launch argument.
+        installed: whether the ament index knows rviz2; None: look it up.
+    """
+    if not requested:
+        return False, ""
+    if installed is None:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+
+        try:
+            get_package_prefix("rviz2")
+            installed = True
+        except (PackageNotFoundError, OSError):  # OSError: no AMENT_PREFIX_PATH at all
+            installed = False
+    if installed:
+        return True, ""
+    return False, (
+        "rviz:=true, but rviz2 is not installed (no 'rviz2' in the ament index): the planner and scorer "
+        "run without it; install it (e.g. apt install ros-$ROS_DISTRO-rviz2) or open config/planner.rviz "
+        "elsewhere"
+    )
