@@ -255,8 +255,10 @@ def send_bad(driver: Driver, case: str) -> None:
         driver.send(Time(sec=now.sec - 10, nanosec=now.nanosec))
     elif case == "unknown-command":
         driver.command.publish(DrivingCommand(header=Header(stamp=now), command=9))
+    elif case == "tiny-frame":
+        driver.send(now, bad_image(shape=(1, 1, 3)))
     elif case == "unusable-image-shape":
-        driver.send(now, bad_image(shape=(1, 300, 3)))
+        driver.send(now, bad_image(shape=(40, 8100, 3)))
 
 
 BAD_INPUTS = [
@@ -266,6 +268,7 @@ BAD_INPUTS = [
     ("stale-frame", "frame is 1000"),
     ("stamps-backwards", "stamps jumped backwards"),
     ("unknown-command", "unknown driving command 9"),
+    ("tiny-frame", "frame is 1x1 px; input.min_image_side_px is 32"),
     ("unusable-image-shape", "aspect ratio must be at most 200"),
 ]
 
@@ -295,7 +298,7 @@ def test_model_failure_publishes_a_flagged_finite_fallback(planner) -> None:
     topic = f"{NODE}/output/trajectory"
     plan_once(planner)  # a good plan to hold
     before = len(probe.received[topic])
-    _, stamp = plan_once(planner, image=bad_image(shape=(1, 300, 3)))
+    _, stamp = plan_once(planner, image=bad_image(shape=(40, 8100, 3)))
     fallbacks = [t for t in probe.received[topic][before:] if t.header.stamp == stamp]
     assert fallbacks and fallbacks[0].status == PlannedTrajectory.STATUS_FALLBACK
     assert "model failed: InputError" in fallbacks[0].status_reason
@@ -307,7 +310,7 @@ def test_every_published_trajectory_was_well_formed(planner) -> None:
     """What the earlier tests published, and a plan and a fallback of this test's own (so it runs alone)."""
     _, probe, _ = planner
     _, planned = plan_once(planner)
-    _, failed = plan_once(planner, image=bad_image(shape=(1, 300, 3)))  # the model fails: a fallback
+    _, failed = plan_once(planner, image=bad_image(shape=(40, 8100, 3)))  # the model fails: a fallback
     trajectories = probe.received[f"{NODE}/output/trajectory"]
     statuses = {t.status for t in trajectories if t.header.stamp in (planned, failed)}
     assert statuses == {PlannedTrajectory.STATUS_OK, PlannedTrajectory.STATUS_FALLBACK}

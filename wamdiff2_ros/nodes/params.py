@@ -191,6 +191,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         0,
         16_777_216,
     ),
+    Param(
+        "input.min_image_side_px",
+        32,
+        "Frames with a side shorter than this are rejected (one visual token covers 32x32 px; a smaller "
+        "frame would be upscaled into a made-up picture), pixels.",
+        1,
+        4096,
+    ),
     Param("output.frame_id", "base_link", "Ego frame id written into trajectory headers."),
     Param(
         "output.detections_every_n", 5, "Run the detection prompt after every N-th plan (0 = never).", 0, 1000

@@ -222,6 +222,13 @@ class PlannerNode(Node):
         self._offer_frame(msg.header, rgb)
 
     def _offer_frame(self, header: Header, rgb: np.ndarray) -> None:
+        smallest = self.params["input.min_image_side_px"]
+        if min(rgb.shape[:2]) < smallest:
+            height, width = rgb.shape[:2]
+            self.health.problem(
+                "image", f"frame is {width}x{height} px; input.min_image_side_px is {smallest}"
+            )
+            return
         age_s = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e9
         if age_s > self.params["input.max_age_s"]:
             self.health.problem("stale_image", f"frame is {age_s:.2f} s old (input.max_age_s)")
