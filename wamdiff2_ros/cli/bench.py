@@ -283,6 +283,7 @@ def plan_rows(
     if suite == "full":
         for k in (1, 4):
             settings = {**base, "grammar": True, "candidates": k, "temperature": 0.7 if k > 1 else 0.0}
+            settings.update(backend="eager", cuda_graphs=False, compile=False)
             rows.append((f"{sizes[0]} K{k} grammar eager", sizes[0], settings))
     return rows
 
@@ -306,15 +307,13 @@ def _plan(args: argparse.Namespace) -> int:
     card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS}
     print(json.dumps(card), flush=True)
     sizes = args.image.split(",")
-    planners: dict[bool, Planner] = {}  # one per path, so rows share its engine (weights, compiled code)
+    base: Planner | None = None  # the rows are its with_config copies: they share its fast engine
     rows = []
     graphs = device.type == "cuda"
     for name, size, settings in plan_rows(args.suite, sizes, fast, not args.no_compile, graphs):
-        config = DecodeConfig(**settings)
-        eager = config.backend == "eager"
-        if eager not in planners:
-            planners[eager] = Planner(loaded, config, max_pixels=MAX_PIXELS)
-        planner = planners[eager].with_config(**settings)
+        base = base or Planner(loaded, DecodeConfig(**settings), max_pixels=MAX_PIXELS)
+        planner = base.with_config(**settings)
+        eager = planner.config.backend == "eager"
         width, height = (int(v) for v in size.split("x"))
         row = plan_bench.measure_plan(
             planner, (height, width), max(3, args.frames // 4) if eager else args.frames

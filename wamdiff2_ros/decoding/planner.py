@@ -118,8 +118,9 @@ class Planner:
         # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
         self._grammars = AnswerGrammars(loaded.tokenizer, self.config, available_ids(loaded.model))
         self._grammar = self._grammars.planning() if self.config.grammar else None
-        # The fast path's owner: caches, compiled code and CUDA graphs built once, reused every frame.
-        self.fast = None if self.config.backend == "eager" else FastEngine(loaded.model)
+        # The fast path's owner (caches, compiled code, CUDA graphs: built once, reused every frame), made on
+        # first use and shared with every ``with_config`` copy.
+        self._engines: dict[str, FastEngine] = {}
 
     @classmethod
     def from_settings(
@@ -147,6 +148,15 @@ class Planner:
         return cls(loaded, config, max_pixels)
 
     @property
+    def fast(self) -> FastEngine | None:
+        """The model's fast engine when the config takes the fast path, else None."""
+        if self.config.backend == "eager":
+            return None
+        if "fast" not in self._engines:
+            self._engines["fast"] = FastEngine(self.loaded.model)
+        return self._engines["fast"]
+
+    @property
     def bound_m(self) -> float:
         """Largest |coordinate| a plan may have: 8 steps of ``max_step_m``."""
         return NUM_WAYPOINTS * self.config.max_step_m
@@ -155,7 +165,7 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
-        planner.fast = self.fast or FastEngine(self.loaded.model)  # shared: what is built stays built
+        planner._engines = self._engines  # shared: what is built stays built
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         bound_and_budget = ("max_step_m", "max_new_tokens")  # what the grammars are built and checked for
         if all(getattr(planner.config, k) == getattr(self.config, k) for k in bound_and_budget):
