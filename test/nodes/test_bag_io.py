@@ -35,7 +35,7 @@ def write_bag(path: Path, storage: StoragePlugin, frames: int = 10, period_ns: i
         plan = writer.add_connection("/plan", "wamdiff2_ros/msg/PlannedTrajectory", typestore=typestore)
         for i in range(frames):
             stamp = START_NS + i * period_ns
-            image = numpy_to_image(np.full((4, 6, 3), i, np.uint8), "bgr8")
+            image = numpy_to_image(np.full((32, 48, 3), i, np.uint8), "bgr8")  # >= input.min_image_side_px
             image.header.stamp.sec, image.header.stamp.nanosec = divmod(stamp, 1_000_000_000)
             odometry = Odometry()
             odometry.header.stamp = image.header.stamp
