@@ -25,10 +25,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "what",
-        choices=("decode", "prefill", "plot", "node", "profile", "plan"),
+        choices=("decode", "prefill", "plot", "node", "profile", "plan", "soak"),
         help="what to time (plot: draw the chain of --input; node: frame-to-trajectory latency of the "
         "planner node over DDS; profile: kernel time of one graphed B32 S8 step and forward, with and "
-        "without compile; plan: camera-to-plan through Planner.plan, the node's own call, per stage)",
+        "without compile; plan: camera-to-plan through Planner.plan, the node's own call, per stage; soak: "
+        "planner and scorer fed from a looping bag for --minutes, memory, drops and diagnostics over time)",
     )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
@@ -55,6 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate-hz", type=float, default=2.0, help="node: camera frame rate (default 2)")
     parser.add_argument(
         "--frames", type=int, default=30, help="node: frames to publish; plan: frames timed (default 30)"
+    )
+    parser.add_argument("--bag", type=Path, help="soak: a bag with CARLA-bridge topics (the demo's drive)")
+    parser.add_argument("--minutes", type=float, default=30.0, help="soak: wall minutes to run (default 30)")
+    parser.add_argument(
+        "--playback-rate",
+        type=float,
+        default=2.0,
+        help="soak: bag speed (2: the demo's 10 Hz camera at 20 Hz)",
     )
     parser.add_argument("--encoding", choices=("bgr8", "bgra8"), default="bgr8", help="node: frame encoding")
     parser.add_argument("--row-padding", type=int, default=0, help="node: bytes after each frame row")
@@ -326,6 +335,27 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _soak(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from wamdiff2_ros.nodes.soak import soak
+
+    if args.bag is None:
+        raise SystemExit("bench soak needs --bag (e.g. demo_output/scenes/bags/drive_000000 after make demo)")
+    with tempfile.TemporaryDirectory() as folder:
+        report = soak(
+            args.bag,
+            minutes=args.minutes,
+            rate=args.playback_rate,
+            log_dir=Path(folder),
+            preset=args.preset if args.preset != "2b" else "",  # bench's default preset is the GPU one
+        )
+    print(json.dumps(report, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "plot":
         return _plot(args)
@@ -333,6 +363,8 @@ def run(args: argparse.Namespace) -> int:
         return _node(args)
     if args.what == "plan":
         return _plan(args)
+    if args.what == "soak":
+        return _soak(args)
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig
