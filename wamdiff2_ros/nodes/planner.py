@@ -179,7 +179,7 @@ class PlannerNode(Node):
         self.get_logger().info(f"model {message}: ready on {p['model.device']} ({planner.config.backend})")
 
     def _warm_up(self, planner: Planner, image_hw: tuple[int, int]) -> str:
-        """Plan (and detect, if the node will) once at the camera's frame size, so the first real frame finds
+        """Plan (and detect, if the node will) at the camera's frame size, so the first real frame finds
         compiled code, CUDA graphs and grammar tables ready. A failed warm-up is a diagnosed problem, not a
         dead node: planning goes on (its first frames may be slow, or fail and fall back)."""
         detect = self.params["output.detections_every_n"] > 0
