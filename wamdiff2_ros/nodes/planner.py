@@ -446,7 +446,8 @@ class PlannerNode(Node):
             last = self._last_received_s.get(topic)
             limit_s = self.params["diagnostics.missing_topic_s"]
             if self.planner is not None and (last is None or now - last > limit_s):
-                waited = "never received" if last is None else f"nothing for {now - last:.1f} s"
+                waited = "never received" if last is None else f"nothing for {now - last:.2f} s"
+                waited += f" (diagnostics.missing_topic_s {limit_s:g})"
                 self.health.problem(f"missing_{topic}", f"~/input/{topic}: {waited}")
         worker = self.worker
         extra = {
