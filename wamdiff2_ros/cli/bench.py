@@ -390,10 +390,16 @@ def run(args: argparse.Namespace) -> int:
     # Prefill of the fast path (vision tower + lean layers) beside transformers' (the eager rows' prefill).
     backends = ["sdpa", "flashinfer"] if has_flashinfer else ["sdpa"]
     prefills = {p.length: speed.measure_prefills(model, p, 32, backends, repeat=args.repeat) for p in prompts}
-    for length, timings in prefills.items():
-        for name, timing in timings.items():
+    for prompt in prompts:
+        floor = ""
+        if prompt.pixel_values is not None:
+            flops = speed.vision_flops(model.config.vision_config, prompt.pixel_values.shape[0])
+            floor_ms = flops / speed.BF16_DENSE_FLOPS * 1e3
+            floor = f" (vision floor {floor_ms:.1f} ms: {flops / 1e12:.1f} TFLOP at 790 TFLOP/s)"
+        for name, timing in prefills[prompt.length].items():
             median, p99 = timing.median_ms, timing.p99_ms
-            print(f"prefill {length} tokens, {name}: median {median:.2f} ms, p99 {p99:.2f} ms")
+            note = floor if name.startswith("vision") else ""
+            print(f"prefill {prompt.length} tokens, {name}: median {median:.2f} ms, p99 {p99:.2f} ms{note}")
     prefill_json = {
         str(length): {name: timing.__dict__ for name, timing in timings.items()}
         for length, timings in prefills.items()

@@ -16,6 +16,7 @@ from wamdiff2_ros.decoding.block import decode_block, run_blocks
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.device_loop import DeviceSteps
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.errors import InputError
@@ -37,6 +38,7 @@ class FastDecoder:
             compiled or not as ``config.compile`` says.
         device_loop: run the device loop even without CUDA graphs (its twin tests on the CPU); None: when
             ``config.cuda_graphs``.
+        vision: a lean vision tower to share; None: one built for ``config`` (``lean_vision``).
 
     Raises:
         InputError: the config asks for the eager backend, or ``decoder`` is compiled when the config is not
@@ -50,6 +52,7 @@ class FastDecoder:
         max_prompt_len: int,
         decoder: LeanDecoder | None = None,
         device_loop: bool | None = None,
+        vision: LeanVision | None = None,
     ) -> None:
         if config.backend == "eager":
             raise InputError("FastDecoder needs backend sdpa or flashinfer")
@@ -73,12 +76,14 @@ class FastDecoder:
             # The device loop captures whole steps; the host loop replays a graph per forward.
             cuda_graphs=config.cuda_graphs and not self.device_loop,
             decoder=decoder or LeanDecoder(model, compile=config.compile),
+            vision=vision or lean_vision(model, config),
         )
         self._steps: dict[int, tuple[TokenGrammar | None, DeviceSteps]] = {}  # by id of the grammar
 
     @property
     def captures(self) -> int:
-        """CUDA graphs captured by this decoder so far (whole steps, or forwards under the host loop)."""
+        """CUDA graphs captured by this decoder so far (whole steps, or forwards under the host loop); the
+        vision tower's are its own (``LeanVision.captures``), shared between decoders."""
         forwards = len(self.cache.graphs.graphs) if self.cache.graphs is not None else 0
         return forwards + sum(steps.captures for _, steps in self._steps.values())
 
@@ -116,9 +121,21 @@ class FastDecoder:
         return self._steps[id(grammar)][1]
 
 
+def vision_key(config: DecodeConfig) -> tuple[bool, bool]:
+    """What a vision tower depends on in a decode config: compile, CUDA graph."""
+    return config.compile, config.cuda_graphs
+
+
+def lean_vision(model: Qwen3VLForConditionalGeneration, config: DecodeConfig) -> LeanVision:
+    """The vision tower a fast decoder of ``config`` runs: compiled and graphed as the decoder is."""
+    compile, cuda_graphs = vision_key(config)
+    return LeanVision(model, compile=compile, cuda_graph=cuda_graphs)
+
+
 class FastEngine:
     """Every fast decoder one model needs, each built on first use and then kept: one lean decoder (fused
-    weights, compiled code) per compile setting, and per decode config (seed aside) the static caches,
+    weights, compiled code) per compile setting, a lean vision tower per compile/graph setting (its
+    grid inputs and graph per camera size), and per decode config (seed aside) the static caches,
     attention plans and CUDA graphs sized for the prompts seen (a new camera size gets its own).
 
     Args:
@@ -128,6 +145,7 @@ class FastEngine:
     def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
         self.model = model
         self._lean: dict[bool, LeanDecoder] = {}
+        self._vision: dict[tuple[bool, bool], LeanVision] = {}
         self._decoders: dict[DecodeConfig, list[FastDecoder]] = {}
         self.builds = 0  # FastDecoders built (each allocates a cache); a warm engine builds none per frame
 
@@ -139,15 +157,24 @@ class FastEngine:
             return min(fitting, key=lambda d: d.max_prompt_len)
         if config.compile not in self._lean:
             self._lean[config.compile] = LeanDecoder(self.model, compile=config.compile)
-        decoder = FastDecoder(self.model, key, prompt_len + PROMPT_HEADROOM, self._lean[config.compile])
+        if vision_key(config) not in self._vision:
+            self._vision[vision_key(config)] = lean_vision(self.model, config)
+        decoder = FastDecoder(
+            self.model,
+            key,
+            prompt_len + PROMPT_HEADROOM,
+            self._lean[config.compile],
+            vision=self._vision[vision_key(config)],
+        )
         self._decoders.setdefault(key, []).append(decoder)
         self.builds += 1
         return decoder
 
     @property
     def captures(self) -> int:
-        """CUDA graphs captured by all decoders so far."""
-        return sum(d.captures for decoders in self._decoders.values() for d in decoders)
+        """CUDA graphs captured by all decoders and vision towers so far."""
+        towers = sum(vision.captures for vision in self._vision.values())
+        return towers + sum(d.captures for decoders in self._decoders.values() for d in decoders)
 
     def decode(
         self,

@@ -4,11 +4,11 @@
 allocates).
 ``StaticBlockCache`` offers the methods of ``kv_cache.BlockCache`` (prefill, denoise, write,
 write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
-forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs (graphs.py).
-The prompt's text-decoder pass is the lean one too (prefill.py: transformers' vision tower, lean layers) into
-row 0, then copied to the other rows unless the backend reads it from row 0 (FlashInfer). Slots: the prompt
-occupies [0, P), answer token j slot P + j. A denoising forward writes the block's K/V into its own slots,
-which the next forward overwrites: "read-only" is free here.
+forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs
+(cuda_graph.py). The prompt's pass is lean too (prefill.py: the lean vision tower, fast_vision.py, and lean
+layers) into row 0, then copied to the other rows unless the backend reads it from row 0 (FlashInfer).
+Slots: the prompt occupies [0, P), answer token j slot P + j. A denoising forward writes the block's K/V
+into its own slots, which the next forward overwrites: "read-only" is free here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from transformers import Qwen3VLForConditionalGeneration
 from wamdiff2_ros.decoding.attention import make_attention
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 from wamdiff2_ros.decoding.prefill import prompt_inputs
 from wamdiff2_ros.errors import InputError
@@ -53,6 +54,7 @@ class StaticBlockCache:
         backend: attention backend name (``sdpa`` or ``flashinfer``).
         cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
+        vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
 
     Raises:
         InputError: CUDA graphs asked for on a model that is not on a CUDA device.
@@ -68,6 +70,7 @@ class StaticBlockCache:
         backend: str = "sdpa",
         cuda_graphs: bool = False,
         decoder: LeanDecoder | None = None,
+        vision: LeanVision | None = None,
     ) -> None:
         if cuda_graphs and model.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
@@ -76,6 +79,7 @@ class StaticBlockCache:
         self.rows = rows
         self.max_prompt_len = max_prompt_len
         self.decoder = decoder or LeanDecoder(model)
+        self.vision = vision or LeanVision(model)
         self.cache = StaticKVCache.allocate(
             self.decoder.num_layers,
             rows,
@@ -127,7 +131,7 @@ class StaticBlockCache:
 
     @torch.no_grad()
     def prefill(self, prompt: PromptTensors) -> None:
-        """Encode the prompt (transformers' vision tower, lean layers) into row 0; SDPA gets a copy per row.
+        """Encode the prompt (lean vision tower, lean layers) into row 0; SDPA gets a copy per row.
 
         Raises:
             InputError: the prompt is longer than ``max_prompt_len``.
@@ -135,7 +139,7 @@ class StaticBlockCache:
         if prompt.length > self.max_prompt_len:
             raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
         started = time.perf_counter()
-        inputs = prompt_inputs(self.model, prompt)
+        inputs = prompt_inputs(self.model, prompt, self.vision)
         _synchronize(self.model.device)
         self.vision_s = time.perf_counter() - started
         row = self.cache.first_row()

@@ -167,26 +167,48 @@ def measure_prefill(model: Any, prompt: Any, block_size: int, warmup: int = 1, r
     return time_call(lambda: BlockCache(model, block_size).prefill(prompt), model.device, warmup, repeat)
 
 
+# The H200's bf16 dense matrix-product rate as measured on the device (docs/REFERENCE.md): the floors' rate.
+BF16_DENSE_FLOPS = 790e12
+
+
+def vision_flops(vision_config: Any, patches: int) -> float:
+    """Matrix-product FLOPs of the vision tower on ``patches`` patches (blocks only: q/k/v, projection, MLP,
+    and full attention's two products; the patch embedding and mergers add under 3 %)."""
+    width, inner, depth = vision_config.hidden_size, vision_config.intermediate_size, vision_config.depth
+    linear = 2 * patches * (4 * width * width + 2 * width * inner)
+    attention = 4 * patches * patches * width
+    return float(depth * (linear + attention))
+
+
+def _fast_variants(model: Any) -> list[bool]:
+    # The compiled, graphed rows need CUDA.
+    return [False, True] if model.device.type == "cuda" else [False]
+
+
 def measure_prefills(
     model: Any, prompt: Any, block_size: int, backends: list[str], warmup: int = 1, repeat: int = 5
 ) -> dict[str, Timing]:
-    """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, and the fast path's
-    (vision tower + lean layers into a static cache) per attention backend (``lean <backend>``).
+    """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, the lean vision tower
+    (``vision lean``; on CUDA also compiled and replayed from a CUDA graph), and
+    the fast path's whole prefill (lean vision tower + lean layers into a static cache, ``lean <backend>``;
+    on CUDA also with the compiled, graphed tower).
 
     Args:
         model: the Qwen3-VL model.
         prompt: prompt tensors.
         block_size: B of the prompt's block-causal mask.
         backends: attention backends of the lean rows (none: transformers' rows only).
-        warmup: untimed calls.
+        warmup: untimed calls (a compiled row's compile and capture are in its first).
         repeat: timed calls.
 
     Returns:
         Timings by name.
     """
+    from wamdiff2_ros.decoding.fast_vision import LeanVision
     from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 
     timings = {"hf eager": measure_prefill(model, prompt, block_size, warmup, repeat)}
+    towers = {fast: LeanVision(model, compile=fast, cuda_graph=fast) for fast in _fast_variants(model)}
     if prompt.pixel_values is not None:
         pixels = prompt.pixel_values.to(model.device, model.dtype)
         grid = prompt.image_grid_thw.to(model.device)
@@ -194,11 +216,18 @@ def measure_prefills(
             timings["vision tower"] = time_call(
                 lambda: model.model.get_image_features(pixels, grid), model.device, warmup, repeat
             )
+        for fast, tower in towers.items():
+            timings[f"vision lean{' compile graph' if fast else ''}"] = time_call(
+                lambda t=tower: t(pixels, grid), model.device, warmup, repeat
+            )
     for backend in backends:
-        cache = StaticBlockCache(model, block_size, 1, prompt.length, block_size, backend=backend)
-        timings[f"lean {backend}"] = time_call(
-            lambda c=cache: c.prefill(prompt), model.device, warmup, repeat
-        )
+        for fast, tower in towers.items():
+            cache = StaticBlockCache(
+                model, block_size, 1, prompt.length, block_size, backend=backend, vision=tower
+            )
+            timings[f"lean {backend}{' vision compile graph' if fast else ''}"] = time_call(
+                lambda c=cache: c.prefill(prompt), model.device, warmup, repeat
+            )
     return timings
 
 
