@@ -30,3 +30,6 @@ def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) 
     assert result["frames_sent"] == 4 and result["frames_planned"] + result["frames_dropped"] == 4
     assert result["frames_planned"] >= 3
     assert 0 < result["latency_min_ms"] <= result["latency_p50_ms"] <= result["latency_p99_ms"] < 10_000
+    stages = result["planner_stage_p50_ms"]  # where the node's time goes, from its /diagnostics
+    assert {"queue", "convert", "preprocess", "decode"} <= set(stages)
+    assert sum(stages.values()) <= result["latency_p99_ms"]

@@ -102,8 +102,14 @@ def plan_once(planner, image: Image | None = None, vx: float = 5.0) -> tuple[Pla
     Streaming matters: messages of different topics may arrive in any order, so one frame can lose its
     match (e.g. to a late, older state that resets the synchroniser after a bad-input test).
     """
+    return _plan_once_on(planner, NODE, image, vx)
+
+
+def _plan_once_on(
+    planner, node: str, image: Image | None = None, vx: float = 5.0
+) -> tuple[PlannedTrajectory, Time]:
     process, probe, driver = planner
-    topic = f"{NODE}/output/trajectory"
+    topic = f"{node}/output/trajectory"
     sent: list[Time] = []
     last_send = [0.0]
 
@@ -136,7 +142,7 @@ def test_diagnostics_report_the_median_of_each_plan_stage(planner) -> None:
         return {}
 
     assert probe.spin_until(lambda: bool(stages()), 10), node_output(process)
-    for stage in ("preprocess", "vision", "prefill", "decode", "parse"):
+    for stage in ("preprocess", "vision", "prefill", "decode", "parse", "queue", "convert"):
         assert float(stages()[f"stage_p50_ms.{stage}"]) >= 0.0
     assert float(stages()["stage_p50_ms.decode"]) > 0.0
 
@@ -296,7 +302,7 @@ def test_bad_input_is_diagnosed_and_the_node_keeps_planning(planner, case: str, 
 
 
 @pytest.mark.ros
-def test_model_failure_publishes_a_flagged_finite_fallback(planner) -> None:
+def test_a_frame_the_planner_refuses_publishes_a_flagged_finite_fallback(planner) -> None:
     _, probe, _ = planner
     topic = f"{NODE}/output/trajectory"
     plan_once(planner)  # a good plan to hold
@@ -304,7 +310,7 @@ def test_model_failure_publishes_a_flagged_finite_fallback(planner) -> None:
     _, stamp = plan_once(planner, image=bad_image(shape=(40, 8100, 3)))
     fallbacks = [t for t in probe.received[topic][before:] if t.header.stamp == stamp]
     assert fallbacks and fallbacks[0].status == PlannedTrajectory.STATUS_FALLBACK
-    assert "model failed: InputError" in fallbacks[0].status_reason
+    assert "input rejected: InputError" in fallbacks[0].status_reason  # the planner refused its aspect ratio
     assert "holding the plan" in fallbacks[0].status_reason  # fallback.mode defaults to hold
 
 
@@ -313,7 +319,7 @@ def test_every_published_trajectory_was_well_formed(planner) -> None:
     """What the earlier tests published, and a plan and a fallback of this test's own (so it runs alone)."""
     _, probe, _ = planner
     _, planned = plan_once(planner)
-    _, failed = plan_once(planner, image=bad_image(shape=(40, 8100, 3)))  # the model fails: a fallback
+    _, failed = plan_once(planner, image=bad_image(shape=(40, 8100, 3)))  # refused: a fallback
     trajectories = probe.received[f"{NODE}/output/trajectory"]
     statuses = {t.status for t in trajectories if t.header.stamp in (planned, failed)}
     assert statuses == {PlannedTrajectory.STATUS_OK, PlannedTrajectory.STATUS_FALLBACK}
@@ -381,6 +387,80 @@ def test_diagnostics_run_on_wall_time_under_sim_time_before_any_clock(ros_contex
 
     try:
         assert probe.spin_until(missing_camera_reported_periodically, 60), node_output(process)
+    finally:
+        probe.close()
+        stop_node(process)
+
+
+WATCH_NS = "/planner_watchdog_test"
+WATCH_NODE = f"{WATCH_NS}/wamdiff2_planner"
+WATCH_PARAMS = {
+    **PARAMS,
+    "output.detections_every_n": 0,
+    "fallback.hold_s": 0.4,
+    "fallback.rejected_input_s": 0.1,
+    "diagnostics.no_plan_error_s": 0.6,
+    "diagnostics.period_s": 0.1,
+}
+
+
+@pytest.mark.ros
+def test_continuously_rejected_frames_give_the_held_plan_flagged_then_a_stop_then_error(ros_context) -> None:
+    """What a consumer sees while every frame is rejected: fallbacks flagged with the rejection (the held plan
+    shifted in time, then a stop once fallback.hold_s is past), /diagnostics ERROR after
+    diagnostics.no_plan_error_s; and planning again once good frames return."""
+    outputs = {f"{WATCH_NODE}/output/trajectory": PlannedTrajectory, "/diagnostics": DiagnosticArray}
+    process = start_node("wamdiff2_ros.nodes.planner", WATCH_NS, WATCH_PARAMS)
+    probe = Probe(ros_context, "watchdog_probe", outputs)
+    driver = Driver(probe, WATCH_NODE)
+    try:
+        planner = (process, probe, driver)
+        trajectories = probe.received[f"{WATCH_NODE}/output/trajectory"]
+        good, _ = _plan_once_on(planner, WATCH_NODE)
+        assert good.status == PlannedTrajectory.STATUS_OK
+        before = len(trajectories)
+        last_send = [0.0]
+
+        def stream_rejected():  # a camera in an encoding the model cannot use, at 20 Hz, good odometry
+            if time.monotonic() - last_send[0] > 0.05:
+                driver.send(driver.now(), bad_image("16UC1"))
+                last_send[0] = time.monotonic()
+
+        def reasons() -> list[str]:
+            return [t.status_reason for t in trajectories[before:]]
+
+        def levels() -> list[tuple[bytes, str]]:
+            return [
+                (st.level, st.message)
+                for array in probe.received["/diagnostics"]
+                for st in array.status
+                if st.name == WATCH_NODE
+            ]
+
+        seen_error = len(levels())
+        assert probe.spin_until(
+            lambda: (
+                any("stopping" in r for r in reasons())
+                and any(level == DiagnosticStatus.ERROR for level, _ in levels()[seen_error:])
+            ),
+            20,
+            during=stream_rejected,
+        ), f"{reasons()[-3:]}\n{levels()[-3:]}\n{node_output(process)}"
+        rejected = trajectories[before:]
+        assert all(t.status == PlannedTrajectory.STATUS_FALLBACK for t in rejected)
+        assert all("input rejected: image: cannot use a 16UC1 image" in t.status_reason for t in rejected)
+        assert "holding the plan" in rejected[0].status_reason  # first the held plan, then a stop
+        for trajectory in rejected:
+            assert len(trajectory.points) == 8
+            assert all(math.isfinite(v) for p in trajectory.points for v in (p.position.x, p.position.y))
+        errors = [message for level, message in levels() if level == DiagnosticStatus.ERROR]
+        assert errors and "no model plan for" in errors[-1]
+        again, _ = _plan_once_on(planner, WATCH_NODE)  # good frames: planning resumes
+        assert again.status == PlannedTrajectory.STATUS_OK
+        recovered = len(levels())
+        assert probe.spin_until(
+            lambda: any(level != DiagnosticStatus.ERROR for level, _ in levels()[recovered:]), 10
+        )
     finally:
         probe.close()
         stop_node(process)

@@ -161,10 +161,13 @@ class DeviceSteps:
         self.pool = torch.cuda.graph_pool_handle() if cuda_graphs else None
         self.graphs: dict[object, torch.cuda.CUDAGraph] = {}
         # Compiled, a step's head, grammar, sampling and commit take a few kernels instead of hundreds. Not
-        # for a reduced head without a grammar: Inductor 2.11 fails to generate the argmax over its scattered
-        # full-vocabulary logits on CUDA (2026-12-01, test_fast_gpu's reduced-vocabulary compiled rows).
-        reduced_free = grammar is None and kept_embedding(cache.model) is not None
-        self.tail = compiled(step_tail) if cache.decoder.compile and not reduced_free else step_tail
+        # without a grammar over a reduced head or with sampled rows: Inductor 2.11 fails to generate code for
+        # the argmax or the sampler over full-vocabulary logits on CUDA (2026-12-01: test_fast_gpu's reduced-
+        # vocabulary compiled rows, and bench plan's K = 4 free row at 2b, "list indices must be integers").
+        free_unsupported = grammar is None and (
+            kept_embedding(cache.model) is not None or config.temperature > 0
+        )
+        self.tail = compiled(step_tail) if cache.decoder.compile and not free_unsupported else step_tail
         self.end = compiled(block_end) if cache.decoder.compile else block_end
 
     @property

@@ -16,8 +16,8 @@ class NodeHealth:
     """Thread-safe tallies of a node's work: latencies, drops, input age, problems by kind.
 
     ``problem(kind, reason)`` records a bad input or failure; the newest reason per kind is kept so the
-    diagnostic names it. ``level()`` is ERROR while the model is not loaded, WARN when problems occurred since
-    the previous report, else OK.
+    diagnostic names it. The level is ERROR when the model failed to load or the node raises an alarm, WARN
+    while the model is not ready or when problems occurred since the previous report, else OK.
     """
 
     def __init__(self, name: str, window: int = 200) -> None:
@@ -73,12 +73,15 @@ class NodeHealth:
             p50, p99 = np.percentile(np.array(self._latencies_ms), [50, 99])
             return float(p50), float(p99)
 
-    def status(self, extra: dict[str, str] | None = None) -> DiagnosticStatus:
-        """The current status; clears the "new problems" that made it WARN."""
+    def status(self, extra: dict[str, str] | None = None, alarm: str | None = None) -> DiagnosticStatus:
+        """The current status; clears the "new problems" that made it WARN. ``alarm`` (the node's own
+        judgement, e.g. no plan for too long) makes it ERROR with that message."""
         p50, p99 = self.latency_percentiles_ms()
         with self._lock:
             if self.model_state == "error":
                 level, message = ERROR, f"model failed to load: {self.model_message}"
+            elif alarm:
+                level, message = ERROR, alarm
             elif self.model_state != "ready":
                 level, message = WARN, f"model {self.model_state}: {self.model_message}".rstrip(": ")
             elif self._new_problems:
@@ -108,8 +111,8 @@ class NodeHealth:
             values=[KeyValue(key=k, value=v) for k, v in values.items()],
         )
 
-    def array(self, stamp, extra: dict[str, str] | None = None) -> DiagnosticArray:
-        msg = DiagnosticArray(status=[self.status(extra)])
+    def array(self, stamp, extra: dict[str, str] | None = None, alarm: str | None = None) -> DiagnosticArray:
+        msg = DiagnosticArray(status=[self.status(extra, alarm)])
         msg.header.stamp = stamp
         return msg
 

@@ -3,7 +3,9 @@
 A planner process (started as the launch file starts it) is fed frames and odometry from this process at a
 fixed rate over real DDS; each received trajectory is matched to its frame by the header stamp (the frame's
 stamp is its publish time on the shared system clock). Reported: p50 / p99 latency, the frames planned and
-those the newest-frame-wins worker dropped.
+those the newest-frame-wins worker dropped, and the planner's own stage medians from its last /diagnostics
+(``queue``: frame received to worker start, ``convert``, then ``Planner.plan``'s stages), so the time DDS
+and the node add shows beside the plan's.
 """
 
 from __future__ import annotations
@@ -91,10 +93,20 @@ def camera_image(pixels_bgr: np.ndarray, encoding: str, row_padding: int):
 
 
 def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, frames: int) -> dict:
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
 
     received: dict[int, float] = {}
+    stages: dict[str, float] = {}
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            for kv in status.values:
+                if kv.key.startswith("stage_p50_ms."):
+                    stages[kv.key.removeprefix("stage_p50_ms.")] = float(kv.value)
+
+    diagnostics = node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos.RELIABLE)
     trajectories = node.create_subscription(
         PlannedTrajectory,
         "/wamdiff2_planner/output/trajectory",
@@ -139,6 +151,11 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     settle = time.monotonic() + 10.0
     while time.monotonic() < settle and not (set(sent) <= set(received)):
         executor.spin_once(timeout_sec=0.1)
+    stages.clear()  # the next report covers every plan
+    report = time.monotonic() + 5.0
+    while time.monotonic() < report and not stages:
+        executor.spin_once(timeout_sec=0.1)
+    node.destroy_subscription(diagnostics)
     latencies_ms = np.array([(received[s] - s) / 1e6 for s in sent if s in received])
     if latencies_ms.size == 0:
         raise RuntimeError(f"no trajectory came back; planner log:\n{log.read_text()[-2000:]}")
@@ -149,4 +166,5 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
         "latency_p50_ms": round(float(np.percentile(latencies_ms, 50)), 1),
         "latency_p99_ms": round(float(np.percentile(latencies_ms, 99)), 1),
         "latency_min_ms": round(float(latencies_ms.min()), 1),
+        "planner_stage_p50_ms": stages,
     }

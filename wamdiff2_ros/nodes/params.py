@@ -218,6 +218,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param("fallback.hold_s", 1.0, "How long a held plan stays valid, seconds.", 0.0, 10.0),
     Param(
+        "fallback.rejected_input_s",
+        0.5,
+        "While inputs arrive but are rejected (bad encoding, non-finite state, ...), publish a fallback plan "
+        "this often, seconds (fallback.mode says which).",
+        0.05,
+        10.0,
+    ),
+    Param(
         "qos.image_reliability",
         "best_effort",
         "Reliability of the camera subscription.",
@@ -229,6 +237,13 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "diagnostics.missing_topic_s",
         2.0,
         "Once the model is ready, an image or odometry topic silent for longer is reported missing, seconds.",
+        0.1,
+        600.0,
+    ),
+    Param(
+        "diagnostics.no_plan_error_s",
+        3.0,
+        "Once the model is ready, inputs arriving but no model plan for longer is an ERROR, seconds.",
         0.1,
         600.0,
     ),

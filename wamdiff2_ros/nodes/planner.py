@@ -1,8 +1,15 @@
 """PlannerNode: camera + ego state -> planned trajectory, K candidates, Path, markers, diagnostics.
 
-Threads: the executor thread only converts and synchronises inputs (cheap) and hands matched frames to a
-newest-input-wins worker, which runs the model; results are published from the worker thread. A slow model
-therefore drops stale frames (counted) and never starves the state callbacks. The model loads on a thread
+Threads: the executor thread only checks and synchronises inputs (cheap: a frame's pixels are not touched)
+and hands matched frames to a newest-input-wins worker, which converts the frame it takes and runs the
+model; results are published from the worker thread. A slow model therefore drops stale frames (counted, at
+next to no cost) and never starves the state callbacks.
+
+Rejected input (a frame in an unusable encoding or size, a stale frame, a non-finite state): the problem is
+diagnosed (WARN) and, while inputs keep arriving but none can be planned, a fallback plan flagged with the
+rejection is published every ``fallback.rejected_input_s`` (the held plan shifted in time while it is within
+``fallback.hold_s``, then a stop: as for model failures); once no model plan has been published for
+``diagnostics.no_plan_error_s`` although inputs arrive, /diagnostics says ERROR. The model loads on a thread
 of its own at start-up while diagnostics report "loading", then, with ``warmup.image_size`` set, warms up at
 that frame size (``Planner.warm_up``: plan, and detect if detections are on) while they report "warming up";
 frames arriving before the model is ready are counted (``frames_before_model_ready``), never queued.
@@ -22,7 +29,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -40,7 +49,13 @@ from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.convert.detections import detections_2d
-from wamdiff2_ros.nodes.convert.images import compressed_to_numpy, image_to_numpy, numpy_to_image, to_rgb8
+from wamdiff2_ros.nodes.convert.images import (
+    camera_layout,
+    camera_rgb8,
+    compressed_to_numpy,
+    numpy_to_image,
+    to_rgb8,
+)
 from wamdiff2_ros.nodes.convert.odometry import (
     AccelerationFromVelocity,
     EgoMotion,
@@ -65,11 +80,24 @@ COMMAND_WORDS = {
 }
 
 
-@dataclass(frozen=True)
 class Frame:
-    header: Header
-    image_rgb: np.ndarray
-    received_monotonic_s: float
+    """A camera frame waiting for the worker; its pixels are converted on first use (on the worker thread),
+    so a frame the worker never takes costs no conversion and no copy.
+
+    Args:
+        header: the frame's header.
+        convert: makes the (H, W, 3) uint8 RGB pixels; may raise ``InputError`` (e.g. a corrupt JPEG).
+        received_monotonic_s: when the executor received it.
+    """
+
+    def __init__(
+        self, header: Header, convert: Callable[[], np.ndarray], received_monotonic_s: float
+    ) -> None:
+        self.header, self._convert, self.received_monotonic_s = header, convert, received_monotonic_s
+
+    @cached_property
+    def image_rgb(self) -> np.ndarray:
+        return self._convert()
 
 
 @dataclass(frozen=True)
@@ -95,6 +123,11 @@ class PlannerNode(Node):
         self._held: HeldPlan | None = None
         self._held_lock = threading.Lock()
         self._last_received_s: dict[str, float] = {}
+        # Watchdog state (monotonic seconds): the newest rejected input since the last published trajectory,
+        # that publication, and the last model plan (status OK).
+        self._rejected: tuple[Header, str] | None = None
+        self._last_published_s = self._last_plan_s = time.monotonic()
+        self._last_state: EgoMotion | None = None
         self._plans_since_detection = 0
         self.planner: Planner | None = None  # set once loaded and warmed up: from then on frames are planned
         self._loaded: Planner | None = None  # set once loaded, before the warm-up: for memory statistics
@@ -123,6 +156,7 @@ class PlannerNode(Node):
         # Wall-clock (steady) timer: under use_sim_time a ROS timer waits for /clock, and "image never
         # received" would stay unreported until the simulator runs (and stop when it pauses).
         self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics, clock=steady_clock())
+        self.create_timer(p["fallback.rejected_input_s"] / 2, self._watch_rejections, clock=steady_clock())
         self.worker = LatestInputWorker(
             self._infer, self._on_result, self._on_inference_error, name="planner"
         )
@@ -174,6 +208,7 @@ class PlannerNode(Node):
         image_hw = image_size_hw(p["warmup.image_size"])
         if image_hw is not None:
             message += self._warm_up(planner, image_hw)
+        self._last_plan_s = time.monotonic()  # the no-plan alarm counts from readiness
         self.planner = planner  # from here on frames reach the worker
         self._set_model_state("ready", message)
         self.get_logger().info(f"model {message}: ready on {p['model.device']} ({planner.config.backend})")
@@ -205,37 +240,51 @@ class PlannerNode(Node):
     def _on_image(self, msg: Image) -> None:
         self._seen("image")
         try:
-            rgb = to_rgb8(image_to_numpy(msg), msg.encoding)
+            layout = camera_layout(msg)  # the fields only: the pixels wait for the worker
         except InputError as error:
-            self.health.problem("image", str(error))
+            self._reject("image", str(error), msg.header)
             return
-        self._offer_frame(msg.header, rgb)
+        if self._too_small(layout.height, layout.width, msg.header):
+            return
+        self._offer_frame(msg.header, lambda: camera_rgb8(msg))
 
     def _on_compressed(self, msg: CompressedImage) -> None:
         self._seen("image")
-        try:
-            pixels, encoding = compressed_to_numpy(msg)
-            rgb = to_rgb8(pixels, encoding)
-        except InputError as error:
-            self.health.problem("image", str(error))
+        if len(msg.data) == 0:
+            self._reject("image", f"compressed image ({msg.format!r}) has no data", msg.header)
             return
-        self._offer_frame(msg.header, rgb)
+        self._offer_frame(msg.header, lambda: self._decoded_rgb(msg))
 
-    def _offer_frame(self, header: Header, rgb: np.ndarray) -> None:
+    def _decoded_rgb(self, msg: CompressedImage) -> np.ndarray:
+        # Worker thread: decoding is the expensive part, done for taken frames only.
+        pixels, encoding = compressed_to_numpy(msg)
+        height, width = pixels.shape[:2]
         smallest = self.params["input.min_image_side_px"]
-        if min(rgb.shape[:2]) < smallest:
-            height, width = rgb.shape[:2]
-            self.health.problem(
-                "image", f"frame is {width}x{height} px; input.min_image_side_px is {smallest}"
-            )
-            return
+        if min(height, width) < smallest:
+            raise InputError(f"frame is {width}x{height} px; input.min_image_side_px is {smallest}")
+        return to_rgb8(pixels, encoding)
+
+    def _too_small(self, height: int, width: int, header: Header) -> bool:
+        smallest = self.params["input.min_image_side_px"]
+        if min(height, width) >= smallest:
+            return False
+        self._reject("image", f"frame is {width}x{height} px; input.min_image_side_px is {smallest}", header)
+        return True
+
+    def _reject(self, kind: str, reason: str, header: Header) -> None:
+        """Diagnose a rejected input and keep it for the watchdog (``_watch_rejections``)."""
+        self.health.problem(kind, reason)
+        with self._held_lock:
+            self._rejected = (header, f"{kind}: {reason}")
+
+    def _offer_frame(self, header: Header, convert: Callable[[], np.ndarray]) -> None:
         age_s = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e9
         if age_s > self.params["input.max_age_s"]:
-            self.health.problem("stale_image", f"frame is {age_s:.2f} s old (input.max_age_s)")
+            self._reject("stale_image", f"frame is {age_s:.2f} s old (input.max_age_s)", header)
             return
         with self._sync_lock:
             resets = self.sync.counts["reset"]
-            match = self.sync.add_frame(stamp_ns(header), Frame(header, rgb, time.monotonic()))
+            match = self.sync.add_frame(stamp_ns(header), Frame(header, convert, time.monotonic()))
             self._note_sync(resets)
         self._submit(match)
 
@@ -245,13 +294,14 @@ class PlannerNode(Node):
         try:
             velocity = ego_velocity_mps(msg, self.params["input.twist_in_parent_frame"])
         except InputError as error:
-            self.health.problem("state", str(error))
+            self._reject("state", str(error), msg.header)
             return
         derived = self._acceleration.update(stamp, velocity)
         imu = self._imu
         fresh_ns = self.params["input.imu_max_age_s"] * 1e9
         use_imu = self.params["input.use_imu"] and imu is not None and abs(stamp - imu[0]) <= fresh_ns
         motion = EgoMotion(stamp, velocity, imu[1] if use_imu else derived)
+        self._last_state = motion
         with self._sync_lock:
             resets = self.sync.counts["reset"]
             match = self.sync.add_state(stamp, motion)
@@ -289,11 +339,16 @@ class PlannerNode(Node):
 
     def _infer(self, item: tuple[Match[Frame, EgoMotion], int]) -> PlanOutput:
         match, command = item
-        state = match.state
-        inputs = DrivingInputs(
-            match.frame.image_rgb, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2
-        )
-        return self.planner.plan(inputs)
+        state, frame = match.state, match.frame
+        started = time.monotonic()
+        image = frame.image_rgb  # converted here, for the frames the worker takes only
+        converted = time.monotonic()
+        inputs = DrivingInputs(image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2)
+        output = self.planner.plan(inputs)
+        # What the node adds to the plan's own stages: waiting for the worker, and the frame's conversion.
+        output.stages_s["queue"] = started - frame.received_monotonic_s
+        output.stages_s["convert"] = converted - started
+        return output
 
     def _on_result(
         self, item: tuple[Match[Frame, EgoMotion], int], output: PlanOutput, seconds: float
@@ -335,6 +390,8 @@ class PlannerNode(Node):
             trajectory = candidates[0]
             with self._held_lock:
                 self._held = HeldPlan(stamp_ns(header), first.waypoints_ego)
+                self._rejected = None  # planning again: the watchdog has nothing to cover
+            self._last_plan_s = time.monotonic()
         else:
             trajectory = self._fallback(
                 header, match.state, f"model answer did not parse: {first.parse_error}", first.text
@@ -377,13 +434,17 @@ class PlannerNode(Node):
         match, command = item
         out_of_memory = Planner.is_out_of_memory(error)
         reason = f"{type(error).__name__}: {error}"
-        self.health.problem("out_of_memory" if out_of_memory else "model", reason)
+        if isinstance(error, InputError):  # the frame, converted on this thread, was unusable
+            kind, what = "image", "input rejected"
+        else:
+            kind, what = ("out_of_memory" if out_of_memory else "model"), "model failed"
+        self.health.problem(kind, reason)
         if out_of_memory and self.planner is not None:
             self.planner.release_memory()  # the allocator's cached blocks go back before the next frame
         if not isinstance(error, Wamdiff2Error):
             self.get_logger().error(f"inference failed: {reason}")
         header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
-        trajectory = self._fallback(header, match.state, f"model failed: {reason}", "")
+        trajectory = self._fallback(header, match.state, f"{what}: {reason}", "")
         if trajectory is not None:
             trajectory.command = command
             self._publish(header, trajectory, [], match.state)
@@ -420,9 +481,31 @@ class PlannerNode(Node):
             raw_text=raw_text,
         )
 
+    def _watch_rejections(self) -> None:
+        """Steady-clock timer: while inputs arrive but are rejected (nothing reaches the worker), publish the
+        fallback plan, flagged with the newest rejection, every ``fallback.rejected_input_s``."""
+        if self.planner is None or self.worker.busy:
+            return
+        with self._held_lock:
+            rejected = self._rejected
+        if (
+            rejected is None
+            or time.monotonic() - self._last_published_s < self.params["fallback.rejected_input_s"]
+        ):
+            return
+        rejected_header, reason = rejected
+        header = Header(stamp=rejected_header.stamp, frame_id=self.params["output.frame_id"])
+        state = self._last_state or EgoMotion(stamp_ns(header), (0.0, 0.0), (0.0, 0.0))
+        trajectory = self._fallback(header, state, f"input rejected: {reason}", "")
+        with self._held_lock:
+            self._rejected = None  # the next rejection re-arms the watchdog
+        if trajectory is not None:
+            self._publish(header, trajectory, [], state)
+
     def _publish(
         self, header: Header, trajectory: PlannedTrajectory, candidates: list, state: EgoMotion
     ) -> None:
+        self._last_published_s = time.monotonic()
         self.pub_trajectory.publish(trajectory)
         self.pub_candidates.publish(
             CandidateTrajectories(header=header, candidates=candidates, selected_index=-1)
@@ -460,7 +543,20 @@ class PlannerNode(Node):
         memory_mb = self._loaded.memory_allocated_mb() if self._loaded is not None else None
         if memory_mb is not None:  # None on a CPU model
             extra["gpu_memory_allocated_mb"] = f"{memory_mb:.0f}"
-        self.pub_diagnostics.publish(self.health.array(self.get_clock().now().to_msg(), extra))
+        stamp = self.get_clock().now().to_msg()
+        self.pub_diagnostics.publish(self.health.array(stamp, extra, self._no_plan_alarm(now)))
+
+    def _no_plan_alarm(self, now: float) -> str | None:
+        """ERROR text when inputs arrive but no model plan came out for ``diagnostics.no_plan_error_s``
+        (rejected input, failing model); a worker in the middle of a plan is still trying (a slow model)."""
+        limit = self.params["diagnostics.no_plan_error_s"]
+        silent_s = now - self._last_plan_s
+        inputs_arrive = any(now - seen <= limit for seen in self._last_received_s.values())
+        if self.planner is None or self.worker.busy or silent_s <= limit or not inputs_arrive:
+            return None
+        return (
+            f"no model plan for {silent_s:.1f} s while inputs arrive (diagnostics.no_plan_error_s {limit:g})"
+        )
 
     def destroy_node(self) -> None:
         self.worker.stop()

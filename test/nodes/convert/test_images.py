@@ -13,6 +13,8 @@ from std_msgs.msg import Header
 from wamdiff2_ros.errors import ImageConversionError
 from wamdiff2_ros.nodes.convert.images import (
     ENCODINGS,
+    camera_layout,
+    camera_rgb8,
     compressed_to_numpy,
     image_to_numpy,
     numpy_to_compressed,
@@ -151,6 +153,27 @@ def test_bad_array_is_rejected_with_reason(array: np.ndarray, encoding: str, mat
 def test_depth_image_is_not_a_camera_frame() -> None:
     with pytest.raises(ImageConversionError, match="cannot use a 16UC1 image"):
         to_rgb8(np.zeros((2, 2), np.uint16), "16UC1")
+    with pytest.raises(ImageConversionError, match="cannot use a 16UC1 image"):
+        camera_layout(numpy_to_image(np.zeros((2, 2), np.uint16), "16UC1"))
+
+
+CAMERA_ENCODINGS = ["bgr8", "rgb8", "bgra8", "rgba8", "mono8", "8UC1"]
+
+
+@pytest.mark.parametrize("pad_bytes", [0, 3, 64], ids=lambda p: f"pad{p}")
+@pytest.mark.parametrize("encoding", CAMERA_ENCODINGS)
+def test_camera_rgb8_in_one_pass_equals_decode_then_to_rgb8(encoding: str, pad_bytes: int) -> None:
+    msg = padded_message(random_image(encoding, 37, 53, seed=pad_bytes), encoding, pad_bytes, False)
+    fast = camera_rgb8(msg)
+    assert fast.flags.c_contiguous and fast.dtype == np.uint8 and fast.shape == (37, 53, 3)
+    np.testing.assert_array_equal(fast, to_rgb8(image_to_numpy(msg), encoding))
+
+
+def test_camera_layout_checks_fields_as_image_to_numpy_does() -> None:
+    msg = numpy_to_image(np.zeros((4, 4, 3), np.uint8), "bgr8")
+    msg.data = bytes(10)
+    with pytest.raises(ImageConversionError, match="data has 10 bytes"):
+        camera_layout(msg)
 
 
 @pytest.mark.parametrize("encoding", ["bgr8", "rgb8", "mono8"])
