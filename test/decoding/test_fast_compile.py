@@ -99,3 +99,24 @@ def test_a_shared_decoder_must_match_the_compile_setting(tiny_model, planning_pr
 def test_compile_on_the_eager_backend_is_refused():
     with pytest.raises(InputError, match="compile needs a fast backend"):
         DecodeConfig(compile=True)
+
+
+def test_compiled_prefill_takes_any_prompt_length(tiny_model, tokenizer, planning_prompt, compiled_decoder):
+    # The prompt's length follows the ego numbers and the image: one dynamic-shape compile serves them all.
+    from wamdiff2_ros.model.prompt import build_prompt
+
+    prompts = [
+        planning_prompt,
+        build_prompt(tokenizer, "Where to?", None),
+        build_prompt(tokenizer, "Stop.", None),
+    ]
+    assert len({p.length for p in prompts}) == 3
+    for prompt in prompts:
+        eager = StaticBlockCache(tiny_model, SIZE, 1, prompt.length, 16, decoder=LeanDecoder(tiny_model))
+        fast = StaticBlockCache(tiny_model, SIZE, 1, prompt.length, 16, decoder=compiled_decoder)
+        eager.prefill(prompt)
+        fast.prefill(prompt)
+        _assert_close(fast.cache.keys[:, :, : prompt.length], eager.cache.keys[:, :, : prompt.length], 1e-5)
+        _assert_close(
+            fast.cache.values[:, :, : prompt.length], eager.cache.values[:, :, : prompt.length], 1e-5
+        )

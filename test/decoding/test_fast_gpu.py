@@ -17,6 +17,7 @@ import torch
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, detection_grammar
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
@@ -175,13 +176,24 @@ def test_compiled_graphed_loop_matches_eager_transformers(cuda_model, tokenizer,
     assert fast.steps_per_block == eager.steps_per_block
 
 
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
 @pytest.mark.parametrize("backend", ["sdpa", "flashinfer"])
-def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_prompt, backend):
-    # FlashInfer rows read the prompt from row 0 (shared pages); row 1's logits check that sharing.
+def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_prompt, backend, compile):
+    # FlashInfer rows read the prompt from row 0 (shared pages); row 1's logits check that sharing. Compiled,
+    # the prefill's layers and the vision tower run Inductor's code (the layers for any prompt length).
     if backend == "flashinfer":
         pytest.importorskip("flashinfer")
     eager = BlockCache(bf16_model, 8, rows=2)
-    fast = StaticBlockCache(bf16_model, 8, 2, planning_prompt.length, 32, backend=backend)
+    fast = StaticBlockCache(
+        bf16_model,
+        8,
+        2,
+        planning_prompt.length,
+        32,
+        backend=backend,
+        decoder=LeanDecoder(bf16_model, compile=compile),
+        vision=LeanVision(bf16_model, compile=compile, cuda_graph=compile),
+    )
     eager.prefill(planning_prompt)
     fast.prefill(planning_prompt)
     for index, layer in enumerate(eager.cache.layers):

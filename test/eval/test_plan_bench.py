@@ -30,3 +30,17 @@ def test_measure_plan_times_every_stage_of_a_warm_planner(tiny_model, tokenizer)
     assert row["total"]["p50_ms"] >= row["decode"]["p50_ms"] > 0.0
     table = format_rows([{"name": "tiny K2", **row}])
     assert table.splitlines()[2].startswith("tiny K2 | ")
+
+
+def test_plan_rows_cover_k_grammar_and_sizes_and_filter_by_name():
+    from wamdiff2_ros.cli.bench import plan_rows
+
+    rows = plan_rows("quick", ["1920x1080", "1280x720"], "flashinfer", True, True)
+    names = [name for name, _, _ in rows]
+    assert names[:4] == [
+        f"1920x1080 K{k} {tag} flashinfer graphs compile" for tag in ("grammar", "free") for k in (1, 4)
+    ]
+    assert names[4:] == [f"1280x720 K{k} grammar flashinfer graphs compile" for k in (1, 4)]
+    only = plan_rows("quick", ["1920x1080"], "flashinfer", True, True, ["K1 grammar", "K4 free"])
+    assert [name for name, _, _ in only] == [names[0], names[3]]
+    assert all(settings["compile"] and settings["block_size"] == 32 for _, _, settings in only)

@@ -71,6 +71,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--no-compile", action="store_true", help="plan: fast rows without torch.compile (minutes less setup)"
     )
     parser.add_argument(
+        "--only",
+        default="",
+        help="plan: run only the rows whose name contains one of these comma-separated parts (e.g. "
+        "'K1 grammar,K4 free'): a compiled row's warm-up takes minutes",
+    )
+    parser.add_argument(
         "--frame", type=Path, help="node: publish this image file (resized to --image), not seeded noise"
     )
     parser.add_argument(
@@ -273,11 +279,12 @@ def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, 
 
 
 def plan_rows(
-    suite: str, sizes: list[str], fast: str, compile: bool, graphs: bool
+    suite: str, sizes: list[str], fast: str, compile: bool, graphs: bool, only: list[str] | None = None
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, image size, DecodeConfig settings) of ``bench plan``: the node's decode settings (B32 S8,
     dynamic 0.9, 128 tokens; K = 4: candidate 0 greedy, the others at 0.7) on the fast path, grammar on and
-    off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size."""
+    off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size. ``only``:
+    the rows whose name contains one of these parts."""
     base = {"block_size": 32, "steps": 8, "threshold": 0.9, "max_new_tokens": 128, "greedy_first": True}
     fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile}
     rows = []
@@ -294,7 +301,7 @@ def plan_rows(
             settings = {**base, "grammar": True, "candidates": k, "temperature": 0.7 if k > 1 else 0.0}
             settings.update(backend="eager", cuda_graphs=False, compile=False)
             rows.append((f"{sizes[0]} K{k} grammar eager", sizes[0], settings))
-    return rows
+    return [row for row in rows if not only or any(part in row[0] for part in only)]
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -319,7 +326,8 @@ def _plan(args: argparse.Namespace) -> int:
     base: Planner | None = None  # the rows are its with_config copies: they share its fast engine
     rows = []
     graphs = device.type == "cuda"
-    for name, size, settings in plan_rows(args.suite, sizes, fast, not args.no_compile, graphs):
+    only = [part for part in args.only.split(",") if part]
+    for name, size, settings in plan_rows(args.suite, sizes, fast, not args.no_compile, graphs, only):
         base = base or Planner(loaded, DecodeConfig(**settings), max_pixels=MAX_PIXELS)
         planner = base.with_config(**settings)
         eager = planner.config.backend == "eager"

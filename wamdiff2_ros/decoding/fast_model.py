@@ -166,15 +166,16 @@ def _end(
     return F.rms_norm(x, (x.shape[-1],), final_norm, eps)
 
 
-def compiled(function: Callable) -> Callable:
+def compiled(function: Callable, dynamic: bool = False) -> Callable:
     """``function`` compiled by Inductor.
 
-    Whole graph (a break is an error, never a silent eager fallback); one specialisation per shape (shapes are
-    few and fixed, and a CUDA graph captures each); default mode (the CUDA graphs are ours, and autotuned
+    Whole graph (a break is an error, never a silent eager fallback); by default one specialisation per shape
+    (shapes are few and fixed, and a CUDA graph captures each), ``dynamic``: one for every length (the
+    prompt's changes by a few tokens frame to frame); default mode (the CUDA graphs are ours, and autotuned
     matrix products would add minutes of compile time per shape).
     """
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_SHAPES)
-    return torch.compile(function, fullgraph=True, dynamic=False)
+    return torch.compile(function, fullgraph=True, dynamic=dynamic)
 
 
 class LeanDecoder:
@@ -183,8 +184,8 @@ class LeanDecoder:
     Args:
         model: the transformers model; its weights are read (q/k/v and gate/up are concatenated once, the
             rest shared), never modified.
-        compile: run the answer forward's work between attention calls through ``torch.compile`` (the
-            uncompiled functions are its exact twin; the prompt prefill always runs them uncompiled).
+        compile: run the work between attention calls through ``torch.compile`` (the uncompiled functions
+            are its exact twin): the answer forward's per shape, the prompt prefill's for any length.
 
     Raises:
         ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented).
@@ -233,6 +234,11 @@ class LeanDecoder:
         self.compile = compile
         wrap = compiled if compile else (lambda function: function)
         self._begin, self._between, self._end = wrap(_begin), wrap(_between), wrap(_end)
+        wrap_any_length = (lambda f: compiled(f, dynamic=True)) if compile else (lambda function: function)
+        self._prompt_input, self._prompt_output = (
+            wrap_any_length(attention_input),
+            wrap_any_length(layer_output),
+        )
 
     @torch.no_grad()
     def forward(
@@ -304,7 +310,7 @@ class LeanDecoder:
         attention: Attention,
         deepstack: Callable[[int, torch.Tensor], torch.Tensor],
     ) -> None:
-        """Write the prompt's K/V into slots [0, P) of one cache row, uncompiled (P changes with the image).
+        """Write the prompt's K/V into slots [0, P) of one cache row (compiled for any P when ``compile``).
 
         Args:
             embeds: (1, P, H) input embeddings, image features in place.
@@ -320,10 +326,9 @@ class LeanDecoder:
         slots = torch.arange(embeds.shape[1], device=embeds.device)
         x = embeds
         for index, layer in enumerate(self.layers):
-            q = attention_input(
+            q = self._prompt_input(
                 x, *layer.first_half, cos, sin, keys[index], values[index], slots, self.heads, self.eps
             )
             if index + 1 < self.num_layers:  # the last layer's output feeds only logits, not needed here
-                x = deepstack(
-                    index, layer_output(x, attention.attend(index, q), *layer.second_half, self.eps)
-                )
+                attended = attention.attend(index, q)
+                x = deepstack(index, self._prompt_output(x, attended, *layer.second_half, self.eps))
