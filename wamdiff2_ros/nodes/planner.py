@@ -244,7 +244,9 @@ class PlannerNode(Node):
         except InputError as error:
             self._reject("image", str(error), msg.header)
             return
-        if self._too_small(layout.height, layout.width, msg.header):
+        reason = self._too_small(layout.height, layout.width)
+        if reason:
+            self._reject("image", reason, msg.header)
             return
         self._offer_frame(msg.header, lambda: camera_rgb8(msg))
 
@@ -258,18 +260,17 @@ class PlannerNode(Node):
     def _decoded_rgb(self, msg: CompressedImage) -> np.ndarray:
         # Worker thread: decoding is the expensive part, done for taken frames only.
         pixels, encoding = compressed_to_numpy(msg)
-        height, width = pixels.shape[:2]
-        smallest = self.params["input.min_image_side_px"]
-        if min(height, width) < smallest:
-            raise InputError(f"frame is {width}x{height} px; input.min_image_side_px is {smallest}")
+        reason = self._too_small(*pixels.shape[:2])
+        if reason:
+            raise InputError(reason)
         return to_rgb8(pixels, encoding)
 
-    def _too_small(self, height: int, width: int, header: Header) -> bool:
+    def _too_small(self, height: int, width: int) -> str | None:
+        """Why a frame of this size is rejected (``input.min_image_side_px``), or None."""
         smallest = self.params["input.min_image_side_px"]
         if min(height, width) >= smallest:
-            return False
-        self._reject("image", f"frame is {width}x{height} px; input.min_image_side_px is {smallest}", header)
-        return True
+            return None
+        return f"frame is {width}x{height} px; input.min_image_side_px is {smallest}"
 
     def _reject(self, kind: str, reason: str, header: Header) -> None:
         """Diagnose a rejected input and keep it for the watchdog (``_watch_rejections``)."""
