@@ -49,3 +49,32 @@ def test_a_cuda_model_reports_what_its_tensors_hold() -> None:
     reserved = torch.cuda.memory_reserved(0)
     planner.release_memory()
     assert reserved - torch.cuda.memory_reserved(0) >= 64 * 2**20
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_forced_out_of_memory_is_recognised_released_and_planning_recovers(tokenizer) -> None:
+    """CUDA out of memory for real (a per-process memory fraction with no headroom), as the node meets it: the
+    error is recognised, the cache released, and the next plan works once memory is there again."""
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.eval.plan_bench import frames
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.checkpoint import LoadedModel
+
+    model = build_model("tiny", seed=0, device="cuda")
+    config = DecodeConfig(block_size=8, steps=4, max_new_tokens=32, backend="sdpa", cuda_graphs=True)
+    planner = Planner(LoadedModel(model=model, tokenizer=tokenizer, source="preset:tiny"), config)
+    small, large = frames((180, 320), 1)[0], frames((1080, 1920), 1)[0]
+    planner.plan(small)  # warm for the small frame; a large one needs new buffers
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(torch.cuda.memory_reserved(0) / total, 0)
+    try:
+        with pytest.raises(Exception) as caught:  # whatever type the failing kernel raises
+            planner.plan(large)
+        assert Planner.is_out_of_memory(caught.value), repr(caught.value)
+        planner.release_memory()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    assert planner.plan(small).decode.forwards > 0
+    assert planner.plan(large).decode.forwards > 0

@@ -1,8 +1,8 @@
 """Fault injection over real processes: the planner and the scorer as the launch file wires them, fed like a
 car's drivers feed them, while one of them is killed and restarted, odometry stops, the clock jumps, or the
 checkpoint is corrupted or removed. For each: what is published, what /diagnostics says, and that the
-stack recovers without a restart where it can. The CUDA out-of-memory fault runs on the GPU
-(test/decoding/test_planner_memory.py).
+stack recovers without a restart where it can. The CUDA out-of-memory fault needs the GPU: its test
+(test/decoding/test_planner_memory.py, marker ``gpu``) forces one in the Planner, the node's inference call.
 """
 
 from __future__ import annotations
