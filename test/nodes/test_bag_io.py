@@ -18,7 +18,7 @@ from sensor_msgs.msg import Image
 
 from wamdiff2_ros.msg import PlannedTrajectory
 from wamdiff2_ros.nodes import bag_io
-from wamdiff2_ros.nodes.bag_io import package_typestore, play, record
+from wamdiff2_ros.nodes.bag_io import BagPlayer, package_typestore, play, record
 from wamdiff2_ros.nodes.convert.images import image_to_numpy, numpy_to_image
 
 START_NS = 5_000_000_000
@@ -70,6 +70,27 @@ def test_play_publishes_every_message_in_order_with_clock(
     assert probe.received["/plan"][0] == SAMPLES["PlannedTrajectory"]
     clocks = [m.clock.sec * 1_000_000_000 + m.clock.nanosec for m in probe.received["/clock"]]
     assert clocks == [START_NS + k * 25_000_000 for k in range(19)]
+    probe.close()
+
+
+@pytest.mark.ros
+def test_a_looping_player_keeps_one_set_of_publishers_and_destroys_them(ros_context, tmp_path: Path) -> None:
+    """Every pass of a looping bag goes through the same writers; a player that made new ones per pass left
+    each earlier writer matched in every subscriber (the soak's planner grew and slowed with them)."""
+    bag = tmp_path / "drive"
+    write_bag(bag, StoragePlugin.MCAP, frames=3)
+    probe = Probe(ros_context, "bag_loop_probe", {"/cam": Image})
+    node = probe.node
+    before = {p.topic_name for p in node.publishers}
+    with BagPlayer(node, bag, rate=10.0, clock=True, discovery_wait_s=5.0) as player:
+        during = [p.handle for p in node.publishers]
+        counts = [player.play_once()["/cam"] for _ in range(3)]
+        assert [p.handle for p in node.publishers] == during  # no publisher made per pass
+    assert counts == [3, 3, 3]
+    assert {p.topic_name for p in node.publishers} == before  # and none left behind
+    assert probe.spin_until(lambda: len(probe.received["/cam"]) >= 9, 10)
+    play(node, bag, rate=10.0)  # the one-pass helper cleans up too
+    assert {p.topic_name for p in node.publishers} == before
     probe.close()
 
 

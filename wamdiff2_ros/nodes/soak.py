@@ -24,7 +24,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
-from wamdiff2_ros.nodes.bag_io import play
+from wamdiff2_ros.nodes.bag_io import BagPlayer
 from wamdiff2_ros.nodes.demo import start_nodes, stop_nodes, wait_until_ready
 
 
@@ -121,9 +121,10 @@ def soak(
         usage_start = {n: process_usage(p.pid) for n, p in zip(names, processes, strict=True)}
         loops = 0
         published: Counter = Counter()
-        while time.monotonic() - started < minutes * 60:
-            published += play(node, bag, rate=rate, clock=True)
-            loops += 1
+        with BagPlayer(node, bag, rate=rate, clock=True) as player:  # one set of publishers for every loop
+            while time.monotonic() - started < minutes * 60:
+                published += player.play_once()
+                loops += 1
         time.sleep(2.0)  # the last frames' plans are still on their way (a benchmark, not a test)
         usage_end = {n: process_usage(p.pid) for n, p in zip(names, processes, strict=True)}
         alive = {n: p.poll() is None for n, p in zip(names, processes, strict=True)}
