@@ -2,7 +2,7 @@
 from a bag played in a loop with /clock for a given wall time.
 
 Reports per window of wall time the plans received, their in-node latency (``DecoderInfo.latency_ms``: frame
-received to plan out) and statuses; over the run the plans per second, every trajectory that was not finite
+received to plan out), statuses and the planner's resident memory; over the run the plans per second, every trajectory that was not finite
 or not 8 points, each node's resident memory and open file descriptors at the start and the end, the frames
 each node dropped, every change of a node's diagnostic level, and whether each process is still the one
 started. The bag's clock jumps back at every loop, as a looping bag's does.
@@ -121,10 +121,12 @@ def soak(
         usage_start = {n: process_usage(p.pid) for n, p in zip(names, processes, strict=True)}
         loops = 0
         published: Counter = Counter()
+        rss: list[tuple[float, float]] = []  # (wall s, planner RSS MiB) after each loop: growth over time
         with BagPlayer(node, bag, rate=rate, clock=True) as player:  # one set of publishers for every loop
             while time.monotonic() - started < minutes * 60:
                 published += player.play_once()
                 loops += 1
+                rss.append((time.monotonic(), process_usage(processes[0].pid)["rss_mib"]))
         time.sleep(2.0)  # the last frames' plans are still on their way (a benchmark, not a test)
         usage_end = {n: process_usage(p.pid) for n, p in zip(names, processes, strict=True)}
         alive = {n: p.poll() is None for n, p in zip(names, processes, strict=True)}
@@ -141,6 +143,7 @@ def soak(
     for start in np.arange(started, ended, window_s):
         inside = [p for p in plans if start <= p[0] < start + window_s]
         latencies = [p[1] for p in inside]
+        memory = [m for t, m in rss if start <= t < start + window_s]
         windows.append(
             {
                 "minute": round((start - started) / 60, 2),
@@ -148,6 +151,7 @@ def soak(
                 "latency_p50_ms": round(float(np.percentile(latencies, 50)), 1) if latencies else None,
                 "latency_p99_ms": round(float(np.percentile(latencies, 99)), 1) if latencies else None,
                 "statuses": dict(Counter(int(p[2]) for p in inside)),
+                "planner_rss_mib": round(memory[-1], 1) if memory else None,
             }
         )
     growth = {
