@@ -2,10 +2,10 @@
 from a bag played in a loop with /clock for a given wall time.
 
 Reports per window of wall time the plans received, their in-node latency (``DecoderInfo.latency_ms``: frame
-received to plan out), statuses and the planner's resident memory; over the run the plans per second, every trajectory that was not finite
-or not 8 points, each node's resident memory and open file descriptors at the start and the end, the frames
-each node dropped, every change of a node's diagnostic level, and whether each process is still the one
-started. The bag's clock jumps back at every loop, as a looping bag's does.
+received to plan out), statuses and the planner's resident memory; over the run the plans per second, every
+trajectory that was not finite or not 8 points, each node's resident memory and open file descriptors at the
+start and the end, the frames each node dropped, every change of a node's diagnostic level, and whether each
+process is still the one started. The bag's clock jumps back at every loop, as a looping bag's does.
 """
 
 from __future__ import annotations
