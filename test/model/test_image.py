@@ -93,7 +93,7 @@ def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
     # Already on the 32 px grid within the budget: neither path resizes, so the values must be bit-equal.
     assert smart_resize(*source_hw) == source_hw
     image = make_image(*source_hw)
-    expected = prepare_image(image)
+    expected = prepare_image(image, exact=True)
     vision = prepare_image_tensor(torch.from_numpy(image))
     assert vision.pixel_values.dtype == torch.float32
     assert torch.equal(vision.pixel_values, expected.pixel_values)
@@ -123,13 +123,57 @@ def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
 )
 def test_tensor_path_matches_the_pil_path(make_image, source_hw, max_pixels):
     image = make_image(*source_hw)
-    expected = prepare_image(image, max_pixels=max_pixels)
+    expected = prepare_image(image, max_pixels=max_pixels, exact=True)
     vision = prepare_image_tensor(torch.from_numpy(image), max_pixels=max_pixels)
     assert torch.equal(vision.image_grid_thw, expected.image_grid_thw)
     assert vision.resized_hw_px == expected.resized_hw_px
     apart = (_levels(vision) - _levels(expected)).abs().float()
     assert float(apart.max()) <= MAX_LEVELS_APART
     assert float(apart.mean()) <= MEAN_LEVELS_APART
+
+
+def _rendered(width_px: int) -> np.ndarray:
+    """A simulator frame (road, lane marks, cars, sky) rendered at ``width_px`` wide, 16:9."""
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.sim.render import render_front
+    from wamdiff2_ros.sim.scenes import make_scene
+
+    scene = make_scene(3)
+    return render_front(Camera().scaled_to_width(width_px), scene.lanes, scene.snapshot()).image_rgb
+
+
+# The reduce-first resize against the one-step one, in uint8 levels, measured on the cases below: max 5 on
+# noise (mean up to 0.85), 2 on the rendered frames (mean up to 0.10), 1 on the gradient (mean up to 0.20).
+REDUCED_MAX_LEVELS_APART = 6
+REDUCED_MEAN_LEVELS_APART = 1.0
+
+
+@pytest.mark.parametrize("make_image", [_noise, _gradient, "rendered"], ids=["noise", "gradient", "rendered"])
+@pytest.mark.parametrize("source_hw", [(1080, 1920), (720, 1280)], ids=["1920x1080", "1280x720"])
+def test_reduce_first_resize_stays_within_a_few_levels_of_the_one_step_resize(make_image, source_hw):
+    image = _rendered(source_hw[1]) if make_image == "rendered" else make_image(*source_hw)
+    exact = prepare_image(image, max_pixels=BUNDLED_MAX_PIXELS, exact=True)
+    fast = prepare_image(image, max_pixels=BUNDLED_MAX_PIXELS)
+    assert torch.equal(fast.image_grid_thw, exact.image_grid_thw)
+    assert fast.resized_hw_px == exact.resized_hw_px == (64, 128)
+    apart = (_levels(fast) - _levels(exact)).abs().float()
+    assert 0 < float(apart.max()) <= REDUCED_MAX_LEVELS_APART  # the reduce did run
+    assert float(apart.mean()) <= REDUCED_MEAN_LEVELS_APART
+
+
+@pytest.mark.parametrize(
+    ("source_hw", "max_pixels"),
+    [
+        pytest.param((360, 640), BUNDLED_MAX_PIXELS, id="simulator-frame-5x"),
+        pytest.param((1080, 1920), MAX_PIXELS, id="1920x1080-full-budget"),
+        pytest.param((720, 1280), 200_704, id="1280x720-mid-budget"),
+    ],
+)
+def test_a_shrink_under_6x_takes_the_one_step_resize(source_hw, max_pixels):
+    # The simulator's frames (what the bundled model was trained on) and the 2b budgets never take the reduce.
+    image = _noise(*source_hw)
+    fast = prepare_image(image, max_pixels=max_pixels)
+    assert torch.equal(fast.pixel_values, prepare_image(image, max_pixels=max_pixels, exact=True).pixel_values)
 
 
 @pytest.mark.parametrize(
