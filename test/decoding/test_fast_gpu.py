@@ -24,7 +24,7 @@ from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.presets import preset_config
-from wamdiff2_ros.model.prompt import build_prompt, detection_user_text
+from wamdiff2_ros.model.prompt import build_planning_prompt, build_prompt, detection_user_text
 from wamdiff2_ros.model.tokenizer import MASK_ID
 from wamdiff2_ros.model.vocab import available_ids, reduce_vocabulary
 
@@ -38,7 +38,9 @@ RULES = ["low_confidence_dynamic", "low_confidence_static", "sequential"]
 
 @pytest.fixture(scope="module")
 def cuda_model():
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 twins: keep matrix products in full fp32
+    # fp32 twins: keep matrix products in full fp32 (transformers' patch embedding is a cuDNN convolution)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     return build_model("tiny", seed=0, device="cuda")
 
 
@@ -118,9 +120,11 @@ def test_graphed_detection_with_its_grammar_matches_eager(
     assert isinstance(json.loads(eager.text.split("<|im_end|>")[0]), list)  # well-formed grounding JSON
 
 
-def test_flashinfer_logits_match_sdpa_within_bf16_tolerance(bf16_model, planning_prompt):
+@pytest.mark.parametrize("size", [8, 1], ids=["B8", "B1-causal"])
+def test_flashinfer_logits_match_sdpa_within_bf16_tolerance(bf16_model, planning_prompt, size):
+    # B = 1 plans one causal request per row (prompt and answer forwards) instead of one per token.
     pytest.importorskip("flashinfer")
-    size, rows = 8, 2
+    rows = 2
     blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
     blocks[2][:, ::2] = MASK_ID
     logits = {}
@@ -206,6 +210,38 @@ def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_
         head_logits(bf16_model, fast.denoise(block)), head_logits(bf16_model, eager.denoise(block))
     )
     assert error < 2e-2, f"relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
+@pytest.mark.parametrize("backend", ["sdpa", "flashinfer"])
+def test_graphed_text_prefill_gives_the_ungraphed_bits_one_graph_per_length(
+    bf16_model, tokenizer, front_image, backend, compile
+):
+    # Two prompt lengths (the ego state's digits change it), each prefilled twice with other numbers of the
+    # same length: a graph per length, replays on new content, and the same K/V as without graphs.
+    if backend == "flashinfer":
+        pytest.importorskip("flashinfer")
+    prompts = [
+        build_planning_prompt(tokenizer, front_image, "left", velocity, (0.0, 0.0))
+        for velocity in ((1.25, 0.0), (3.5, 0.0), (12.25, -0.5), (31.75, -0.25))
+    ]
+    assert prompts[0].length == prompts[1].length < prompts[2].length == prompts[3].length
+    decoder = LeanDecoder(bf16_model, compile=compile)
+    vision = LeanVision(bf16_model)
+    caches = {
+        graphs: StaticBlockCache(
+            bf16_model, 8, 2, prompts[-1].length, 32, backend, graphs, decoder=decoder, vision=vision
+        )
+        for graphs in (False, True)
+    }
+    for prompt in prompts:
+        for cache in caches.values():
+            cache.prefill(prompt)
+        length = prompt.length
+        graphed, plain = caches[True].cache, caches[False].cache
+        assert torch.equal(graphed.keys[:, 0, :length], plain.keys[:, 0, :length])
+        assert torch.equal(graphed.values[:, 0, :length], plain.values[:, 0, :length])
+    assert len(caches[True].prompt_graphs.graphs) == 2
 
 
 def test_compiled_flashinfer_graphs_match_uncompiled_within_bf16_tolerance(bf16_model, planning_prompt):

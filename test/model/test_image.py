@@ -173,7 +173,9 @@ def test_a_shrink_under_6x_takes_the_one_step_resize(source_hw, max_pixels):
     # The simulator's frames (what the bundled model was trained on) and the 2b budgets never take the reduce.
     image = _noise(*source_hw)
     fast = prepare_image(image, max_pixels=max_pixels)
-    assert torch.equal(fast.pixel_values, prepare_image(image, max_pixels=max_pixels, exact=True).pixel_values)
+    assert torch.equal(
+        fast.pixel_values, prepare_image(image, max_pixels=max_pixels, exact=True).pixel_values
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,14 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
+    COMMANDS,
     MIN_INT_DIGITS_KEY,
     PLANNING_INSTRUCTION,
     answers_min_int_digits,
+    build_planning_prompt,
     build_prompt,
     chat_prompt_text,
+    ego_states_of_every_prompt_length,
     format_waypoints,
     min_int_digits_of,
     planning_user_text,
@@ -110,3 +113,18 @@ def test_padded_style_writes_two_integer_digits_and_is_recognised(tokenizer):
     assert min_int_digits_of(config) == 1
     setattr(config, MIN_INT_DIGITS_KEY, 2)
     assert min_int_digits_of(config) == 2
+
+
+def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tokenizer, front_image):
+    # The fast path captures its text-prefill graphs per prompt length at warm-up from this enumeration.
+    variants = ego_states_of_every_prompt_length(tokenizer)
+    lengths = [build_planning_prompt(tokenizer, front_image, *variant).length for variant in variants]
+    assert len(lengths) == len(set(lengths)) >= 2
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        velocity = (float(rng.uniform(-5.0, 45.0)), float(rng.uniform(-3.0, 3.0)))
+        acceleration = tuple(float(a) for a in rng.uniform(-12.0, 12.0, size=2))
+        command = COMMANDS[int(rng.integers(len(COMMANDS)))]
+        assert (
+            build_planning_prompt(tokenizer, front_image, command, velocity, acceleration).length in lengths
+        )

@@ -18,7 +18,7 @@ from sensor_msgs.msg import Image
 
 from wamdiff2_ros.msg import PlannedTrajectory
 from wamdiff2_ros.nodes import bag_io
-from wamdiff2_ros.nodes.bag_io import BagPlayer, package_typestore, play, record
+from wamdiff2_ros.nodes.bag_io import BagPlayer, camera_size, package_typestore, play, record
 from wamdiff2_ros.nodes.convert.images import image_to_numpy, numpy_to_image
 
 START_NS = 5_000_000_000
@@ -43,6 +43,15 @@ def write_bag(path: Path, storage: StoragePlugin, frames: int = 10, period_ns: i
             writer.write(connections["/cam"], stamp, serialize_message(image))  # rclpy CDR == rosbags CDR
             writer.write(connections["/odom"], stamp, serialize_message(odometry))
         writer.write(plan, START_NS, serialize_message(SAMPLES["PlannedTrajectory"]))
+
+
+def test_camera_size_is_the_first_image_s_and_none_without_images(tmp_path: Path) -> None:
+    write_bag(tmp_path / "bag", StoragePlugin.MCAP, frames=2)
+    assert camera_size(tmp_path / "bag") == (48, 32)  # the soak warms the planner up on it
+    with Writer(tmp_path / "empty", version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        odometry = writer.add_connection("/odom", "nav_msgs/msg/Odometry", typestore=package_typestore())
+        writer.write(odometry, START_NS, serialize_message(Odometry()))
+    assert camera_size(tmp_path / "empty") is None
 
 
 @pytest.mark.ros

@@ -380,6 +380,9 @@ def run(args: argparse.Namespace) -> int:
     from wamdiff2_ros.decoding.fast_model import LeanDecoder
     from wamdiff2_ros.eval import speed
     from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.checkpoint import read_pixel_budget
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.image import MAX_PIXELS
     from wamdiff2_ros.model.tokenizer import load_tokenizer
 
     device = torch.device(args.device)
@@ -398,21 +401,35 @@ def run(args: argparse.Namespace) -> int:
     # Prefill of the fast path (vision tower + lean layers) beside transformers' (the eager rows' prefill).
     backends = ["sdpa", "flashinfer"] if has_flashinfer else ["sdpa"]
     prefills = {p.length: speed.measure_prefills(model, p, 32, backends, repeat=args.repeat) for p in prompts}
-    for prompt in prompts:
-        floor = ""
+    budgets = {"reference budget": MAX_PIXELS, "bundled budget": read_pixel_budget(default_model_dir())[1]}
+    preprocessing = {}
+    for size, prompt in zip(args.image.split(","), prompts, strict=True):
+        width, height = (int(v) for v in size.lower().split("x"))
+        preprocessing[size] = speed.measure_preprocessing(width, height, device, budgets, repeat=args.repeat)
+        for name, timing in preprocessing[size].items():
+            print(f"{size} {name}: median {timing.median_ms:.2f} ms, p99 {timing.p99_ms:.2f} ms")
+        floors_ms = {"text": speed.text_prefill_flops(model.config.text_config, prompt.length)}
         if prompt.pixel_values is not None:
-            flops = speed.vision_flops(model.config.vision_config, prompt.pixel_values.shape[0])
-            floor_ms = flops / speed.BF16_DENSE_FLOPS * 1e3
-            floor = f" (vision floor {floor_ms:.1f} ms: {flops / 1e12:.1f} TFLOP at 790 TFLOP/s)"
+            floors_ms["vision"] = speed.vision_flops(model.config.vision_config, prompt.pixel_values.shape[0])
+        floors_ms = {stage: flops / speed.BF16_DENSE_FLOPS * 1e3 for stage, flops in floors_ms.items()}
         for name, timing in prefills[prompt.length].items():
             median, p99 = timing.median_ms, timing.p99_ms
-            note = floor if name.startswith("vision") else ""
+            stage = name.split()[0]
+            note = ""
+            if stage in floors_ms and device.type == "cuda":  # the H200's FLOP floor, and the row's share
+                note = f" ({stage} floor {floors_ms[stage]:.1f} ms: {floors_ms[stage] / median:.0%} of it)"
             print(f"prefill {prompt.length} tokens, {name}: median {median:.2f} ms, p99 {p99:.2f} ms{note}")
     prefill_json = {
         str(length): {name: timing.__dict__ for name, timing in timings.items()}
         for length, timings in prefills.items()
     }
-    extra: dict[str, Any] = {"prefill": prefill_json}
+    extra: dict[str, Any] = {
+        "prefill": prefill_json,
+        "preprocessing": {
+            size: {name: timing.__dict__ for name, timing in timings.items()}
+            for size, timings in preprocessing.items()
+        },
+    }
     rows: list[speed.SpeedRow] = []
     if args.what == "profile":
         extra["profile"] = _profile(

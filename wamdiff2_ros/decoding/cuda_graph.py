@@ -2,7 +2,7 @@
 
 ``capture`` is what every graph of the fast path goes through (the device loop's whole steps in
 ``device_loop.py``, the per-forward graphs of ``ForwardGraphs`` that ``StaticBlockCache`` replays under the
-host loop). Nothing here knows about decoding.
+host loop, the prompt prefill's ``ShapeGraphs``). Nothing here knows about decoding.
 """
 
 from __future__ import annotations
@@ -60,3 +60,28 @@ class ForwardGraphs:
         static_tokens.copy_(tokens)
         graph.replay()
         return out[-1].clone()
+
+
+class ShapeGraphs:
+    """Replays ``body(*tensors)`` for its side effects from one captured graph per tuple of argument shapes.
+
+    Each call copies its arguments into the static ones of its shapes' graph, so callers pass fresh tensors.
+
+    Args:
+        body: work whose only inputs, besides state read from static buffers, are its tensor arguments.
+    """
+
+    def __init__(self, body: Callable[..., object]) -> None:
+        self.body = body
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[tuple[torch.Size, ...], tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]] = {}
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        key = tuple(t.shape for t in tensors)
+        if key not in self.graphs:
+            static = [t.clone() for t in tensors]
+            self.graphs[key] = (capture(lambda: self.body(*static), self.pool), static)
+        graph, static = self.graphs[key]
+        for buffer, tensor in zip(static, tensors, strict=True):
+            buffer.copy_(tensor)
+        graph.replay()

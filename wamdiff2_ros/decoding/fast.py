@@ -82,10 +82,13 @@ class FastDecoder:
 
     @property
     def captures(self) -> int:
-        """CUDA graphs captured by this decoder so far (whole steps, or forwards under the host loop); the
-        vision tower's are its own (``LeanVision.captures``), shared between decoders."""
-        forwards = len(self.cache.graphs.graphs) if self.cache.graphs is not None else 0
-        return forwards + sum(steps.captures for _, steps in self._steps.values())
+        """CUDA graphs captured by this decoder so far (whole steps, or forwards under the host loop, and the
+        text prefill's per prompt length); the vision tower's are its own (``LeanVision.captures``), shared
+        between decoders."""
+        cache = self.cache
+        forwards = len(cache.graphs.graphs) if cache.graphs is not None else 0
+        prompts = len(cache.prompt_graphs.graphs) if cache.prompt_graphs is not None else 0
+        return forwards + prompts + sum(steps.captures for _, steps in self._steps.values())
 
     def decode(
         self,

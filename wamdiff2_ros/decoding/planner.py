@@ -30,6 +30,7 @@ from wamdiff2_ros.model.prompt import (
     build_planning_prompt,
     build_prompt,
     detection_user_text,
+    ego_states_of_every_prompt_length,
     min_int_digits_of,
 )
 from wamdiff2_ros.model.tokenizer import load_tokenizer
@@ -224,6 +225,9 @@ class Planner:
             self.plan(inputs)
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
+        if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
+            for command, velocity, acceleration in ego_states_of_every_prompt_length(self.loaded.tokenizer):
+                self.plan(DrivingInputs(frame, command, velocity, acceleration))
         return time.perf_counter() - started
 
     def _frame(self, image_rgb: np.ndarray) -> np.ndarray | torch.Tensor:

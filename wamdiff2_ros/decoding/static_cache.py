@@ -20,11 +20,11 @@ import torch
 from transformers import Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.attention import make_attention
-from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs
+from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
-from wamdiff2_ros.decoding.prefill import prompt_inputs
+from wamdiff2_ros.decoding.prefill import PromptInputs, prompt_inputs
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 
@@ -93,9 +93,10 @@ class StaticBlockCache:
         # without graphs: FlashInfer's split of the keys then cannot differ between a graphed decode and its
         # ungraphed twin, so the two give the same bits.
         self.attention = make_attention(backend, self.cache, block_size, True, self.decoder.heads)
-        # The prompt goes through row 0 once, never in a graph (its length follows the image).
+        # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
+        # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
         self.prompt_attention = make_attention(
-            backend, self.cache.first_row(), block_size, False, self.decoder.heads
+            backend, self.cache.first_row(), block_size, model.device.type == "cuda", self.decoder.heads
         )
         self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
         # M-RoPE offset of the current prompt, read by graphs at replay (it depends on the image grid).
@@ -106,8 +107,10 @@ class StaticBlockCache:
         self.written = 0  # answer tokens whose K/V are final in the cache
         self.vision_s = 0.0  # the last prefill's vision tower (with its inputs' build)
         self.graphs = None
+        self.prompt_graphs = None  # the text prefill, one graph per (prompt length, image tokens)
         if cuda_graphs:
             self.graphs = ForwardGraphs(self.raw_forward)
+            self.prompt_graphs = ShapeGraphs(self._raw_prefill_text)
 
     def raw_forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """(K, n) tokens at slots ``start + [0, n)`` -> (K, n, H) hidden states; no planning, no counting.
@@ -142,23 +145,37 @@ class StaticBlockCache:
         inputs = prompt_inputs(self.model, prompt, self.vision)
         _synchronize(self.model.device)
         self.vision_s = time.perf_counter() - started
-        row = self.cache.first_row()
-        self.prompt_attention.plan(0, prompt.length, 0)
-        self.decoder.prefill(
-            inputs.embeds,
-            inputs.cos,
-            inputs.sin,
-            row.keys,
-            row.values,
-            self.prompt_attention,
-            inputs.add_deepstack,
-        )
+        self.prefill_text(inputs)
+        _synchronize(self.model.device)  # prefill_s is the prefill's own time, not its launch time
+
+    @torch.no_grad()
+    def prefill_text(self, inputs: PromptInputs) -> None:
+        """The text part of ``prefill``: the prompt's K/V from its text-decoder inputs, into row 0 (and the
+        other rows' view of it)."""
+        length = inputs.embeds.shape[1]
+        self.prompt_attention.plan(0, length, 0)
+        image = () if inputs.visual is None else (inputs.visual, *inputs.deepstack)
+        if self.prompt_graphs is not None:
+            self.prompt_graphs(inputs.embeds, inputs.cos, inputs.sin, *image)
+        else:
+            self._raw_prefill_text(inputs.embeds, inputs.cos, inputs.sin, *image)
         if not self.attention.shares_prompt:
-            self.cache.share_prompt(prompt.length)
-        self.prompt_len, self.rope_delta, self.written = prompt.length, inputs.rope_delta, 0
+            self.cache.share_prompt(length)
+        self.prompt_len, self.rope_delta, self.written = length, inputs.rope_delta, 0
         self.position_offset.fill_(inputs.rope_delta)
         self.forwards += 1
-        _synchronize(self.model.device)  # prefill_s is the prefill's own time, not its launch time
+
+    def _raw_prefill_text(
+        self, embeds: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *image: torch.Tensor
+    ) -> None:
+        """The lean layers over the prompt into row 0 (what a prompt graph captures): ``image`` is the image
+        tokens' indices and their DeepStack features, or nothing for a text-only prompt."""
+        visual, deepstack = (image[0], image[1:]) if image else (None, ())
+        inputs = PromptInputs(embeds, cos, sin, visual, deepstack, rope_delta=0)
+        row = self.cache.first_row()
+        self.decoder.prefill(
+            embeds, cos, sin, row.keys, row.values, self.prompt_attention, inputs.add_deepstack
+        )
 
     @torch.no_grad()
     def denoise(self, block: torch.Tensor) -> torch.Tensor:

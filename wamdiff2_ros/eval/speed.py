@@ -180,6 +180,74 @@ def vision_flops(vision_config: Any, patches: int) -> float:
     return float(depth * (linear + attention))
 
 
+def text_prefill_flops(text_config: Any, tokens: int) -> float:
+    """Matrix-product FLOPs of the text prefill over ``tokens`` prompt tokens: q/k/v/o, the MLP, and the
+    block-causal attention's two products (about half of full attention's)."""
+    width, inner = text_config.hidden_size, text_config.intermediate_size
+    depth = text_config.num_hidden_layers
+    queries = text_config.num_attention_heads * text_config.head_dim
+    keys = text_config.num_key_value_heads * text_config.head_dim
+    linear = 2 * tokens * (width * (queries + 2 * keys) + queries * width + 3 * width * inner)
+    attention = 2 * tokens * tokens * queries
+    return float(depth * (linear + attention))
+
+
+def measure_preprocessing(
+    width_px: int,
+    height_px: int,
+    device: torch.device,
+    budgets: dict[str, int],
+    warmup: int = 1,
+    repeat: int = 5,
+) -> dict[str, Timing]:
+    """Time the image preprocessing (resize to a pixel budget, normalise, patchify) of a seeded uint8 frame.
+
+    Rows per budget: on the CPU through PIL (reduce-first resize where it applies, and the exact one-step
+    twin), and on CUDA in torch ops from the frame uploaded (``upload``) or already on the device.
+
+    Args:
+        width_px: frame width.
+        height_px: frame height.
+        device: CUDA adds the device rows.
+        budgets: max pixels by row label (e.g. the reference's and the bundled model's).
+        warmup: untimed calls.
+        repeat: timed calls.
+
+    Returns:
+        Timings by name.
+    """
+    import numpy as np
+
+    from wamdiff2_ros.model.image import prepare_image, prepare_image_tensor
+
+    frame = np.random.default_rng(0).integers(0, 256, size=(height_px, width_px, 3), dtype=np.uint8)
+    cpu = torch.device("cpu")
+    timings = {}
+    for label, max_pixels in budgets.items():
+        for exact in (False, True):
+            timings[f"preprocess cpu {label}{' one-step' if exact else ''}"] = time_call(
+                lambda m=max_pixels, e=exact: prepare_image(frame, max_pixels=m, exact=e), cpu, warmup, repeat
+            )
+        if device.type == "cuda":
+            pinned = torch.from_numpy(frame).pin_memory()
+            on_device = pinned.to(device)
+            timings[f"preprocess device {label} upload"] = time_call(
+                lambda m=max_pixels, p=pinned: prepare_image_tensor(
+                    p.to(device, non_blocking=True), max_pixels=m
+                ),
+                device,
+                warmup,
+                repeat,
+            )
+            timings[f"preprocess device {label}"] = time_call(
+                lambda m=max_pixels, f=on_device: prepare_image_tensor(f, max_pixels=m),
+                device,
+                warmup,
+                repeat,
+            )
+    return timings
+
+
 def _fast_variants(model: Any) -> list[bool]:
     # The compiled, graphed rows need CUDA.
     return [False, True] if model.device.type == "cuda" else [False]
@@ -191,7 +259,7 @@ def measure_prefills(
     """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, the lean vision tower
     (``vision lean``; on CUDA also compiled and replayed from a CUDA graph), and
     the fast path's whole prefill (lean vision tower + lean layers into a static cache, ``lean <backend>``;
-    on CUDA also with the compiled, graphed tower).
+    on CUDA also compiled, the tower graphed) and its text part alone (``text lean <backend>``).
 
     Args:
         model: the Qwen3-VL model.
@@ -204,7 +272,9 @@ def measure_prefills(
     Returns:
         Timings by name.
     """
+    from wamdiff2_ros.decoding.fast_model import LeanDecoder
     from wamdiff2_ros.decoding.fast_vision import LeanVision
+    from wamdiff2_ros.decoding.prefill import prompt_inputs
     from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 
     timings = {"hf eager": measure_prefill(model, prompt, block_size, warmup, repeat)}
@@ -220,13 +290,19 @@ def measure_prefills(
             timings[f"vision lean{' compile graph' if fast else ''}"] = time_call(
                 lambda t=tower: t(pixels, grid), model.device, warmup, repeat
             )
+    inputs = prompt_inputs(model, prompt, towers[False])
     for backend in backends:
         for fast, tower in towers.items():
+            decoder = LeanDecoder(model, compile=fast)
             cache = StaticBlockCache(
-                model, block_size, 1, prompt.length, block_size, backend=backend, vision=tower
+                model, block_size, 1, prompt.length, block_size, backend, decoder=decoder, vision=tower
             )
-            timings[f"lean {backend}{' vision compile graph' if fast else ''}"] = time_call(
+            suffix = " compile" if fast else ""
+            timings[f"lean {backend}{suffix}"] = time_call(
                 lambda c=cache: c.prefill(prompt), model.device, warmup, repeat
+            )
+            timings[f"text lean {backend}{suffix}"] = time_call(
+                lambda c=cache: c.prefill_text(inputs), model.device, warmup, repeat
             )
     return timings
 

@@ -42,10 +42,10 @@ MAX_ASPECT_RATIO = 200  # qwen-vl-utils refuses more elongated images
 # Pillow 13 resizes the height first when it shrinks by more than twice as many pixels as the width
 # (python-pillow/Pillow#9549); Pillow 12 and earlier always resize the width first.
 PIL_HEIGHT_FIRST = int(PIL.__version__.split(".")[0]) >= 13
-# PIL box-reduces first by floor(scale / gap) when that is >= 2, then resizes the rest with the bicubic filter:
-# 3.0 is the smallest gap PIL's docs call indistinguishable from the one-step resize in most cases. Measured
-# against it, 1920x1080 and 1280x720 to 128x64: at most 2 levels apart (mean 0.10) on simulator renders, 5
-# (mean 0.85) on uniform noise, 1 on a gradient (test_image.py holds the bounds).
+# PIL box-reduces first by floor(scale / gap) when that is >= 2, then resizes the rest with the bicubic
+# filter: from 3.0 up PIL's docs call the result indistinguishable from the one-step resize in most cases.
+# Measured against it, 1920x1080 and 1280x720 to 128x64: at most 2 levels apart (mean 0.10) on simulator
+# renders, 5 (mean 0.85) on uniform noise, 1 on a gradient (test_image.py holds the bounds).
 RESIZE_REDUCING_GAP = 3.0
 
 

@@ -6,6 +6,7 @@ Also the chat-templated prefix and its tensors (token ids, image patches). Decod
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,6 +65,25 @@ def planning_user_text(
             PLANNING_INSTRUCTION,
         )
     )
+
+
+def ego_states_of_every_prompt_length(
+    tokenizer: PreTrainedTokenizerBase,
+) -> list[tuple[str, tuple[float, float], tuple[float, float]]]:
+    """One (command, velocity, acceleration) per token count the planning prompt can have (|values| < 100).
+
+    Qwen's tokenizer makes every digit its own token, so a number's tokens depend only on its sign and its
+    count of integer digits: trying each of those shapes for the four numbers, with every command, meets
+    every length (five for the Qwen3 tokenizer). Fast paths that capture per prompt length warm them all.
+    """
+    shapes = (1.25, 12.25, -1.25, -12.25)
+    by_length: dict[int, tuple[str, tuple[float, float], tuple[float, float]]] = {}
+    for command in COMMANDS:
+        for vx, vy, ax, ay in itertools.product(shapes, repeat=4):
+            text = chat_prompt_text(planning_user_text(command, (vx, vy), (ax, ay)), 1)
+            length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            by_length.setdefault(length, (command, (vx, vy), (ax, ay)))
+    return [by_length[length] for length in sorted(by_length)]
 
 
 def format_waypoints(waypoints_ego: np.ndarray, min_int_digits: int = 1) -> str:

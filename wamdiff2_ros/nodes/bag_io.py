@@ -142,6 +142,19 @@ class BagPlayer:
         return published
 
 
+def camera_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) of the first ``sensor_msgs/msg/Image`` in a bag; None when it holds none."""
+    from rosbags.rosbag2 import Reader
+
+    typestore = package_typestore()
+    with Reader(path) as reader:
+        images = [c for c in reader.connections if c.msgtype == "sensor_msgs/msg/Image"]
+        for connection, _, raw in reader.messages(connections=images) if images else ():
+            image = typestore.deserialize_cdr(raw, connection.msgtype)
+            return int(image.width), int(image.height)
+    return None
+
+
 def play(node: Node, path: Path, **options) -> Counter:
     """Publish a bag once through ``node`` (``BagPlayer``'s options); returns messages published per topic."""
     with BagPlayer(node, path, **options) as player:

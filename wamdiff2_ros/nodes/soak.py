@@ -24,7 +24,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
-from wamdiff2_ros.nodes.bag_io import BagPlayer
+from wamdiff2_ros.nodes.bag_io import BagPlayer, camera_size
 from wamdiff2_ros.nodes.demo import start_nodes, stop_nodes, wait_until_ready
 
 
@@ -105,7 +105,11 @@ def soak(
         preset: random-weight model preset.
         window_s: wall seconds per reported window.
     """
-    processes = start_nodes(model, preset, {}, log_dir)
+    # Warmed up on the bag's own frame size, as a deployment sets warmup.image_size to its camera's: the
+    # CARLA preset's 800x600 warm-up left the first 1280x720 frames to grow the planner by 5 % (2026-12-01).
+    size = camera_size(bag)
+    overrides = {"warmup.image_size": f"{size[0]}x{size[1]}"} if size else {}
+    processes = start_nodes(model, preset, overrides, log_dir)
     names = ("planner", "scorer")
     context = rclpy.Context()
     rclpy.init(context=context)

@@ -7,10 +7,11 @@ times (Fast-dDrive's forked prefix). A forward of n queries per row
 is ceil(n / B) "requests" per row, one per B-sized query group (a prompt's last one may be shorter), each
 non-causal over the keys below its group's end: the block sees itself whole (``causal=False``; FlashInfer's
 causal mask is bottom-right aligned) and, in the fused order, the committed block does not see the new one,
-with no custom mask (which would disable FA3). ``plan`` runs on the host before a replay (it may not be
-captured); ``run`` is what a CUDA graph holds, on wrappers built with ``use_cuda_graph=True`` and fixed
-buffers (flashinfer issue #3904: a graph over a wrapper without it gives silently wrong output). FlashInfer
-is imported here only: optional.
+with no custom mask (which would disable FA3). At B = 1 that rule is the causal mask itself, so a forward is
+one causal request per row (a 2,106-token prompt was 2,106 requests and 195 ms before). ``plan`` runs on
+the host before a replay (it may not be captured); ``run`` is what a CUDA graph holds, on wrappers built
+with ``use_cuda_graph=True`` and fixed buffers (flashinfer issue #3904: a graph over a wrapper without it
+gives silently wrong output). FlashInfer is imported here only: optional.
 """
 
 from __future__ import annotations
@@ -97,13 +98,18 @@ class FlashInferAttention:
         self.wrappers: dict[int, Any] = {}
         self.planned: dict[int, tuple[int, int, int]] = {}  # id(wrapper) -> (start, n, shared) of its plan
         self.active: Any = None
+        # One split-k workspace for all wrappers: they run one at a time, and a prompt's wrapper per length
+        # would otherwise hold 128 MiB each.
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=cache.device)
+        # At B = 1 the block-causal rule is the causal one: one causal request per row, not one per token.
+        self.causal = block_size == 1
 
     shares_prompt = True  # rows read row 0's prompt slots: the cache need not copy them
 
     def _wrapper(self, length: int) -> Any:
         key = length if self.use_cuda_graph else 0
         if key not in self.wrappers:
-            requests = self.cache.rows * -(-length // self.block_size)
+            requests = self.cache.rows * (1 if self.causal else -(-length // self.block_size))
             device = self.cache.device
             buffers = {}
             if self.use_cuda_graph:  # graph mode: plan() fills these fixed buffers in place
@@ -115,10 +121,9 @@ class FlashInferAttention:
                     ),
                     "paged_kv_last_page_len_buf": torch.empty(requests, dtype=torch.int32, device=device),
                 }
-            workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
             family = kernels(self.cache.rows)
             self.wrappers[key] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                workspace, "NHD", use_cuda_graph=self.use_cuda_graph, backend=family, **buffers
+                self.workspace, "NHD", use_cuda_graph=self.use_cuda_graph, backend=family, **buffers
             )
         return self.wrappers[key]
 
@@ -130,7 +135,8 @@ class FlashInferAttention:
         if self.planned.get(id(wrapper)) == (start, length, shared):
             return
         rows, max_len = self.cache.rows, self.cache.max_len
-        qo_indptr, kv_indptr, indices = page_table(rows, max_len, self.block_size, start, length, shared)
+        group = length if self.causal else self.block_size
+        qo_indptr, kv_indptr, indices = page_table(rows, max_len, group, start, length, shared)
         _, _, kv_heads, head_dim = self.cache.keys.shape[1:]
         wrapper.plan(
             qo_indptr,
@@ -141,7 +147,7 @@ class FlashInferAttention:
             kv_heads,
             head_dim,
             1,
-            causal=False,
+            causal=self.causal,
             q_data_type=self.cache.keys.dtype,
             kv_data_type=self.cache.keys.dtype,
         )
