@@ -259,7 +259,8 @@ def measure_prefills(
     """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, the lean vision tower
     (``vision lean``; on CUDA also compiled and replayed from a CUDA graph), and
     the fast path's whole prefill (lean vision tower + lean layers into a static cache, ``lean <backend>``;
-    on CUDA also compiled, the tower graphed) and its text part alone (``text lean <backend>``).
+    on CUDA also compiled and graphed, the tower and the text prefill) and its text part alone
+    (``text lean <backend>``).
 
     Args:
         model: the Qwen3-VL model.
@@ -295,9 +296,9 @@ def measure_prefills(
         for fast, tower in towers.items():
             decoder = LeanDecoder(model, compile=fast)
             cache = StaticBlockCache(
-                model, block_size, 1, prompt.length, block_size, backend, decoder=decoder, vision=tower
+                model, block_size, 1, prompt.length, block_size, backend, fast, decoder=decoder, vision=tower
             )
-            suffix = " compile" if fast else ""
+            suffix = " compile graph" if fast else ""
             timings[f"lean {backend}{suffix}"] = time_call(
                 lambda c=cache: c.prefill(prompt), model.device, warmup, repeat
             )
