@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
-from wamdiff2_ros.nodes.worker import LatestInputWorker
+import pytest
+
+from wamdiff2_ros.nodes import worker as worker_module
+from wamdiff2_ros.nodes.worker import LatestInputWorker, fresher_wait_s
 
 
 def make_worker(job):
@@ -90,3 +94,61 @@ def test_submit_never_waits_for_the_running_job() -> None:
     assert worker.wait_idle(5)
     worker.stop()
     assert results == [0, 100]
+
+
+def test_fresher_wait_takes_a_young_input_and_waits_out_an_old_one_until_the_next_is_due() -> None:
+    assert fresher_wait_s(0.2, None) == 0.0  # no period known yet: never wait
+    assert fresher_wait_s(0.02, 0.05) == 0.0  # younger than half a period
+    assert fresher_wait_s(0.03, 0.05) == pytest.approx(0.02 + 0.0125)  # the next is due in 20 ms, + jitter
+    assert fresher_wait_s(0.2, 0.05) == pytest.approx(0.0125)  # overdue: a short wait, then take it
+
+
+class FakeTime:
+    """The worker's clock, moved by hand (the condition's own timeouts stay real)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = staticmethod(time.perf_counter)
+
+
+def test_a_worker_freed_to_a_stale_input_plans_the_next_one_that_comes(monkeypatch) -> None:
+    clock = FakeTime()  # frozen while the worker waits: it waits until the fresher frame comes
+    monkeypatch.setattr(worker_module, "time", clock)
+    job, started, release = blocking_job()
+    results = []
+    worker = LatestInputWorker(
+        job, lambda i, r, s: results.append(r), lambda i, e: None, wait_for_fresher=True
+    )
+    worker.submit(0)
+    assert started.wait(5)
+    for item in (1, 2, 3):  # a 50 ms camera while item 0 runs
+        clock.now += 0.05
+        worker.submit(item)
+    assert worker.period_s == pytest.approx(0.05)
+    clock.now += 0.04  # item 3 is 40 ms old when the job ends: older than half a period
+    release.set()
+    worker.submit(4)  # at once or while the worker waits: either way the fresher frame is planned
+    assert worker.wait_idle(5)
+    worker.stop()
+    assert results == [0, 4]
+    assert worker.dropped == 3
+
+
+def test_a_worker_freed_to_a_stale_input_takes_it_when_no_fresher_one_comes() -> None:
+    job, started, release = blocking_job()
+    results = []
+    worker = LatestInputWorker(
+        job, lambda i, r, s: results.append(r), lambda i, e: None, wait_for_fresher=True
+    )
+    worker.submit(0)
+    assert started.wait(5)
+    worker.submit(1)
+    worker.period_s = 1e-5  # a camera far faster than item 1's age: the worker waits 2.5 us for a next one
+    release.set()
+    assert worker.wait_idle(5)
+    worker.stop()
+    assert results == [0, 1]

@@ -77,6 +77,7 @@ class FastDecoder:
             cuda_graphs=config.cuda_graphs and not self.device_loop,
             decoder=decoder or LeanDecoder(model, compile=config.compile),
             vision=vision or lean_vision(model, config),
+            prompt_graphs=config.cuda_graphs,
         )
         self._steps: dict[int, tuple[TokenGrammar | None, DeviceSteps]] = {}  # by id of the grammar
 

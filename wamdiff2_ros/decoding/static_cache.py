@@ -55,6 +55,8 @@ class StaticBlockCache:
         cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
         vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
+        prompt_graphs: replay the text prefill from one CUDA graph per prompt length (None: as
+            ``cuda_graphs``; the device loop captures whole steps itself but wants these).
 
     Raises:
         InputError: CUDA graphs asked for on a model that is not on a CUDA device.
@@ -71,8 +73,10 @@ class StaticBlockCache:
         cuda_graphs: bool = False,
         decoder: LeanDecoder | None = None,
         vision: LeanVision | None = None,
+        prompt_graphs: bool | None = None,
     ) -> None:
-        if cuda_graphs and model.device.type != "cuda":
+        prompt_graphs = cuda_graphs if prompt_graphs is None else prompt_graphs
+        if (cuda_graphs or prompt_graphs) and model.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
         self.model = model
         self.block_size = block_size
@@ -110,6 +114,7 @@ class StaticBlockCache:
         self.prompt_graphs = None  # the text prefill, one graph per (prompt length, image tokens)
         if cuda_graphs:
             self.graphs = ForwardGraphs(self.raw_forward)
+        if prompt_graphs:
             self.prompt_graphs = ShapeGraphs(self._raw_prefill_text)
 
     def raw_forward(self, tokens: torch.Tensor) -> torch.Tensor:

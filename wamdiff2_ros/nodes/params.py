@@ -192,6 +192,12 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         16_777_216,
     ),
     Param(
+        "input.wait_for_fresher_frame",
+        True,
+        "When planning comes free to a frame older than half the camera period, wait for the next frame "
+        "(at most a period and a quarter) instead: plans start on fresher frames (docs/DECISIONS.md).",
+    ),
+    Param(
         "input.min_image_side_px",
         32,
         "Frames with a side shorter than this are rejected (one visual token covers 32x32 px; a smaller "

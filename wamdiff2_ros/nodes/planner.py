@@ -158,7 +158,11 @@ class PlannerNode(Node):
         self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics, clock=steady_clock())
         self.create_timer(p["fallback.rejected_input_s"] / 2, self._watch_rejections, clock=steady_clock())
         self.worker = LatestInputWorker(
-            self._infer, self._on_result, self._on_inference_error, name="planner"
+            self._infer,
+            self._on_result,
+            self._on_inference_error,
+            name="planner",
+            wait_for_fresher=p["input.wait_for_fresher_frame"],
         )
         threading.Thread(target=self._load_model, name="model-loader", daemon=True).start()
 
