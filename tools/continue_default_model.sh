@@ -84,7 +84,7 @@ echo "== selection ${SECONDS}s"
 for name in "${!MODELS[@]}"; do
   decoding=(--block-size 32 --steps 8)
   [ "$name" = teacher ] && decoding=(--block-size 1)
-  { timeout $((DEADLINE - SECONDS)) python3 tools/predict.py "${MODELS[$name]}" /tmp/data/select \
+  { timeout $((DEADLINE - SECONDS)) $CLI eval predict "${MODELS[$name]}" /tmp/data/select \
       "/tmp/select_$name.json" "${decoding[@]}" --threads "${SELECT_THREADS:-4}" &&
     $CLI eval open-loop --data /tmp/data/select --predictions "$name=/tmp/select_$name.json" \
       --out "/tmp/report_$name" --plots 0; } >"/tmp/select_$name.log" 2>&1 &

@@ -152,3 +152,16 @@ def test_a_worker_freed_to_a_stale_input_takes_it_when_no_fresher_one_comes() ->
     assert worker.wait_idle(5)
     worker.stop()
     assert results == [0, 1]
+
+
+def test_call_runs_on_the_worker_thread_and_hands_back_its_result_or_error() -> None:
+    worker, results, _ = make_worker(lambda item: item)
+    assert worker.call(lambda: threading.current_thread().name) == "inference"
+    with pytest.raises(ValueError, match="bad warm-up"):
+        worker.call(lambda: (_ for _ in ()).throw(ValueError("bad warm-up")))
+    worker.submit(7)  # inputs still flow after calls
+    assert worker.wait_idle(5)
+    worker.stop()
+    assert results == [7]
+    with pytest.raises(RuntimeError, match="stopping"):
+        worker.call(lambda: None)

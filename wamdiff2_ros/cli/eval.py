@@ -1,7 +1,9 @@
-"""``wamdiff2 eval open-loop|closed-loop``: score planners, always beside the expert and constant velocity.
+"""``wamdiff2 eval open-loop|closed-loop|predict|paired``: score planners, always beside the expert and
+constant velocity; decode a checkpoint over a dataset's records; compare two planners sample by sample.
 
-Each verb parses, calls one function of ``wamdiff2_ros.eval``, writes ``report.json`` and PNG plots into
-``--out`` and prints a table. Heavy imports happen inside the verbs.
+Each verb parses, calls one function of ``wamdiff2_ros.eval``, writes its outputs (``report.json`` and PNG
+plots into ``--out``, or the answers file) and prints a table or summary. Heavy imports happen inside the
+verbs.
 """
 
 from __future__ import annotations
@@ -105,6 +107,126 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     closed_loop.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")
     closed_loop.add_argument("--out", type=Path, default=None, help="write report.json here")
     closed_loop.set_defaults(func=run_closed_loop)
+    _add_predict(verbs)
+    _add_paired(verbs)
+
+
+def _add_predict(verbs: argparse._SubParsersAction) -> None:
+    from wamdiff2_ros.decoding import commit_rules
+
+    predict = verbs.add_parser(
+        "predict",
+        help="decode a checkpoint over one task file of a 'sim generate' folder (answers for open-loop)",
+        description="planning writes {id: answer} (for open-loop --predictions); detection and qa write the "
+        "task file's records with the answers replaced (--detections / --answers). Planning and detection "
+        "decode under their grammar, so every answer parses; images are resized with the checkpoint's own "
+        "pixel budget. A summary (forwards per answer, tokens per forward, seconds per answer) goes to "
+        "OUT.summary.json.",
+    )
+    predict.add_argument("checkpoint", help="checkpoint folder")
+    predict.add_argument("data", type=Path, help="a 'wamdiff2 sim generate' folder")
+    predict.add_argument("out", type=Path, help="answers file to write")
+    predict.add_argument("--task", choices=("planning", "detection", "qa"), default="planning")
+    predict.add_argument("--block-size", type=int, default=32, help="block size B (default 32)")
+    predict.add_argument("--steps", type=int, default=0, help="denoising steps per block (0: B)")
+    predict.add_argument(
+        "--rule", choices=commit_rules.names(), default="low_confidence_dynamic", help="commit rule"
+    )
+    predict.add_argument("--threshold", type=float, default=0.9, help="the dynamic rule's threshold")
+    predict.add_argument("--samples", type=int, default=0, help="the first N records (0: all)")
+    predict.add_argument("--no-grammar", action="store_true", help="decode unconstrained (may not parse)")
+    predict.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="weights dtype")
+    predict.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    predict.set_defaults(func=run_predict)
+
+
+def _add_paired(verbs: argparse._SubParsersAction) -> None:
+    paired = verbs.add_parser(
+        "paired",
+        help="a planner's ADE relative to a reference's on the same samples, with a paired interval",
+        description="Each DATA=FILE is a 'sim generate' folder and a predictions file for it; the sets are "
+        "pooled. Prints the ratio of mean ADEs, its 90 %% interval over resamples of the samples, and the "
+        "ratio on each set alone.",
+    )
+    paired.add_argument("--reference", nargs="+", required=True, metavar="DATA=FILE")
+    paired.add_argument("--planner", nargs="+", required=True, metavar="DATA=FILE")
+    paired.add_argument("--resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
+    paired.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    paired.set_defaults(func=run_paired)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    import torch
+
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, cost_summary, predict_records
+    from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
+    from wamdiff2_ros.model.image import MIN_PIXELS
+    from wamdiff2_ros.model.prompt import min_int_digits_of
+    from wamdiff2_ros.training.data import load_records
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load_checkpoint(args.checkpoint, dtype=args.dtype)
+    min_pixels, max_pixels = read_pixel_budget(args.checkpoint) or (MIN_PIXELS, loaded.max_pixels)
+    records = load_records(args.data / f"{args.task}.json", args.task)[: args.samples or None]
+    config = DecodeConfig(
+        block_size=args.block_size,
+        steps=args.steps or args.block_size,
+        max_new_tokens=MAX_NEW_TOKENS[args.task],
+        commit_rule=args.rule,
+        threshold=args.threshold,
+        grammar=not args.no_grammar,
+        min_int_digits=min_int_digits_of(loaded.model.config),  # the number style it was trained on
+    )
+    predictions = predict_records(
+        loaded.model, loaded.tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
+    )
+    args.out.write_text(json.dumps(answers_file(args.task, args.data, predictions), indent=1) + "\n")
+    summary = {
+        "checkpoint": args.checkpoint,
+        "task": args.task,
+        "block_size": args.block_size,
+        "steps": config.steps,
+        "rule": args.rule,
+        "threshold": args.threshold,
+        "grammar": config.grammar,
+        **cost_summary(predictions),
+        "threads": torch.get_num_threads(),
+        "dtype": args.dtype,
+    }
+    Path(f"{args.out}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def run_paired(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from wamdiff2_ros.eval.paired import paired_ratio, sample_ade
+
+    def pooled(specs: list[str]) -> list[tuple[str, np.ndarray]]:
+        pairs = (spec.split("=", 1) for spec in specs)
+        return [(data, sample_ade(Path(data), Path(file))) for data, file in pairs]
+
+    reference, planner = pooled(args.reference), pooled(args.planner)
+    result = paired_ratio(
+        np.concatenate([ade for _, ade in planner]),
+        np.concatenate([ade for _, ade in reference]),
+        resamples=args.resamples,
+    )
+    result["sets"] = {
+        data: {"samples": len(mine), "ratio": float(mine.mean() / theirs.mean())}
+        for (data, mine), (_, theirs) in zip(planner, reference, strict=True)
+    }
+    ade, reference_ade = result["ade_m"], result["reference_ade_m"]
+    print(f"samples {result['samples']}: ADE {ade:.3f} vs reference {reference_ade:.3f} m")
+    print(f"ratio {result['ratio']:.3f}, 90 % interval {result['low']:.3f} - {result['high']:.3f}")
+    for data, one in result["sets"].items():
+        print(f"  {data}: ratio {one['ratio']:.3f} ({one['samples']} samples)")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 def _table(rows: dict[str, dict], columns: tuple[str, ...]) -> str:

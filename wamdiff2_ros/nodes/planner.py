@@ -225,9 +225,10 @@ class PlannerNode(Node):
         what = f"{image_hw[1]}x{image_hw[0]} frame" + (" with detection" if detect else "")
         self._set_model_state("warming up", f"{planner.name} on a {what}")
         self.get_logger().info(f"warming {planner.name} up on a {what}")
-        try:
-            seconds = planner.warm_up(
-                image_hw, detect=detect, detect_max_tokens=self.params["output.detections_max_tokens"]
+        budget = self.params["output.detections_max_tokens"]
+        try:  # on the worker thread: the memory it grows (its allocator arena) is what frames use
+            seconds = self.worker.call(
+                lambda: planner.warm_up(image_hw, detect=detect, detect_max_tokens=budget)
             )
         except Exception as error:  # reported as a problem; the node stays up
             reason = f"{type(error).__name__}: {error}"

@@ -105,8 +105,8 @@ def soak(
         preset: random-weight model preset.
         window_s: wall seconds per reported window.
     """
-    # Warmed up on the bag's own frame size, as a deployment sets warmup.image_size to its camera's: the
-    # CARLA preset's 800x600 warm-up left the first 1280x720 frames to grow the planner by 5 % (2026-12-01).
+    # Warmed up on the bag's own frame size, as a deployment sets warmup.image_size to its camera's (the
+    # CARLA preset's is 800x600): the first frames then find the caches of their size built.
     size = camera_size(bag)
     overrides = {"warmup.image_size": f"{size[0]}x{size[1]}"} if size else {}
     processes = start_nodes(model, preset, overrides, log_dir)

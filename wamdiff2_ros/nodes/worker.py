@@ -66,6 +66,7 @@ class LatestInputWorker(Generic[Item, Result]):
         self._pending: Item | None = None
         self._has_pending = False
         self._pending_at: float | None = None  # monotonic time of the latest submit
+        self._call: list = []  # [function, done event, outcome] of a pending ``call``, ahead of any input
         self.period_s: float | None = None  # running estimate of the time between submits
         self._busy = False
         self._stopping = False
@@ -90,6 +91,34 @@ class LatestInputWorker(Generic[Item, Result]):
             self._pending, self._has_pending, self._pending_at = item, True, now
             self._condition.notify_all()
 
+    def call(self, function: Callable[[], Result]) -> Result:
+        """Run ``function`` on the worker thread, ahead of any pending input, and return its result (or raise
+        its exception) here: set-up work (a model's warm-up) then grows the memory of the thread that plans.
+
+        Raises:
+            RuntimeError: the worker is stopping.
+        """
+        slot = [function, threading.Event(), None]
+        with self._condition:
+            if self._stopping:
+                raise RuntimeError("the worker is stopping")
+            self._call = slot
+            self._condition.notify_all()
+        slot[1].wait()
+        failed, value = slot[2]
+        if failed:
+            raise value
+        return value
+
+    @staticmethod
+    def _run_call(slot: list) -> None:
+        function, done, _ = slot
+        try:
+            slot[2] = (False, function())
+        except Exception as error:  # handed back to the caller of ``call``
+            slot[2] = (True, error)
+        done.set()
+
     @property
     def busy(self) -> bool:
         with self._condition:
@@ -112,17 +141,23 @@ class LatestInputWorker(Generic[Item, Result]):
             self._stopping = True
             if self._has_pending:
                 self.dropped += 1
+            if self._call and self._call[2] is None:  # a call the worker will not run now
+                self._call[2] = (True, RuntimeError("the worker stopped"))
+                self._call[1].set()
             self._pending, self._has_pending = None, False
             self._condition.notify_all()
         self._thread.join(timeout_s)
 
     def _take(self) -> tuple[bool, Item | None]:
-        """(False, None) once stopping, else (True, the input to run); holds the condition's lock."""
+        """(False, None) once stopping, (True, None) for a pending ``call``, else (True, the input to run);
+        holds the condition's lock."""
         while True:
-            while not self._has_pending and not self._stopping:
+            while not self._has_pending and not self._stopping and not self._call:
                 self._condition.wait()
             if self._stopping:
                 return False, None
+            if self._call:
+                return True, None
             age_s = time.monotonic() - self._pending_at
             wait_s = fresher_wait_s(age_s, self.period_s) if self.wait_for_fresher else 0.0
             deadline, submitted = time.monotonic() + wait_s, self.submitted
@@ -141,7 +176,14 @@ class LatestInputWorker(Generic[Item, Result]):
                 running, item = self._take()
                 if not running:
                     return
+                call = self._call
                 self._busy = True
+            if call:
+                self._run_call(call)
+                with self._condition:
+                    self._call, self._busy = [], False
+                    self._condition.notify_all()
+                continue
             start = time.perf_counter()
             try:
                 result = self._job(item)

@@ -1,30 +1,25 @@
 """Per-task evaluation of a checkpoint after a training phase: planning L2, detection mAP, QA exact match.
 
-Decoding is the decoders' (``decoding.engine.decode``) with the reference defaults at the phase's block size
-(dynamic rule, threshold 0.9, at most B steps per block) plus, for planning and detection, the answer grammar
-so that every answer parses (detection's labels: the categories its prompt lists; a prompt that lists none is
-decoded unconstrained); forwards per answer are reported so the speed/quality trade-off of a block size is
-visible.
-Metrics are ``eval``'s; this module only runs the model over records.
+Decoding is ``eval.predict.predict_records`` with the reference defaults at the phase's block size (dynamic
+rule, threshold 0.9, at most B steps per block) and the answer grammars, so that every planning answer
+parses; forwards per answer are reported so the speed/quality trade-off of a block size is visible. Metrics
+are ``eval``'s; this module only scores the answers.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
+from wamdiff2_ros.eval.predict import Prediction, cost_summary, predict_records
 from wamdiff2_ros.eval.qa import exact_match
 from wamdiff2_ros.model.parse import parse_detections, parse_qa, parse_waypoints
 from wamdiff2_ros.model.prompt import min_int_digits_of
-from wamdiff2_ros.model.vocab import available_ids
-from wamdiff2_ros.training.data import Record, tokenize_record
+from wamdiff2_ros.training.data import Record
 
 
 def _detections(text: str) -> ImageDetections:
@@ -69,38 +64,32 @@ def evaluate_records(
         Planning adds ADE/FDE/L2 per waypoint (metres) and ``parsed`` (fraction); detection adds mAP; QA adds
         exact match.
     """
-    model.eval()
-    base = DecodeConfig(
+    config = DecodeConfig(
         block_size=block_size,
         steps=block_size,
         max_new_tokens=max_new_tokens,
         threshold=0.9,
+        grammar=True,
         min_int_digits=min_int_digits_of(model.config),
     )
-    grammars = AnswerGrammars(tokenizer, replace(base, grammar=True), available_ids(model))
-    outputs: dict[str, list[tuple[Record, str, int, int]]] = {}
-    for record in records:
-        example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
-        grammar = grammars.for_task(record.task, record.user_text)
-        config = replace(base, grammar=grammar is not None)
-        result = decode(model, tokenizer, example.prompt, config, grammar)
-        answer_tokens = len(result.token_ids) + int(result.candidates[0].stopped)
-        outputs.setdefault(record.task, []).append((record, result.text, result.forwards, answer_tokens))
-    return {task: _score(task, rows) for task, rows in outputs.items()}
+    predictions = predict_records(
+        model, tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
+    )
+    by_task: dict[str, list[Prediction]] = {}
+    for prediction in predictions:
+        by_task.setdefault(prediction.record.task, []).append(prediction)
+    return {task: _score(task, rows) for task, rows in by_task.items()}
 
 
-def _score(task: str, rows: list[tuple[Record, str, int, int]]) -> dict:
-    forwards = sum(r[2] for r in rows)
+def _score(task: str, rows: list[Prediction]) -> dict:
     summary = {
-        "samples": len(rows),
-        "forwards_per_answer": forwards / len(rows),
-        "tokens_per_forward": sum(r[3] for r in rows) / forwards,
+        key: cost_summary(rows)[key] for key in ("samples", "forwards_per_answer", "tokens_per_forward")
     }
     if task == "planning":
         pairs = []
-        for record, text, _, _ in rows:
+        for row in rows:
             try:
-                pairs.append((parse_waypoints(text), parse_waypoints(record.answer)))
+                pairs.append((parse_waypoints(row.text), parse_waypoints(row.record.answer)))
             except ParseError:
                 continue
         summary["parsed"] = len(pairs) / len(rows)
@@ -108,8 +97,10 @@ def _score(task: str, rows: list[tuple[Record, str, int, int]]) -> dict:
             pred, truth = (np.stack(side) for side in zip(*pairs, strict=True))
             summary |= displacement_errors(pred, truth)
     elif task == "detection":
-        truth = {r[0].id: _detections(r[0].answer) for r in rows}
-        summary |= detection_map(truth, {r[0].id: _detections(r[1]) for r in rows})
+        truth = {r.record.id: _detections(r.record.answer) for r in rows}
+        summary |= detection_map(truth, {r.record.id: _detections(r.text) for r in rows})
     else:
-        summary["exact_match"] = exact_match([_qa_text(r[1]) for r in rows], [r[0].answer for r in rows])
+        summary["exact_match"] = exact_match(
+            [_qa_text(r.text) for r in rows], [r.record.answer for r in rows]
+        )
     return summary

@@ -1,0 +1,59 @@
+"""``eval predict`` decodes a checkpoint over a generated dataset into the files ``eval open-loop`` scores,
+and ``eval paired`` compares two planners sample by sample."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from wamdiff2_ros.cli.main import main as cli_main
+from wamdiff2_ros.eval.paired import paired_ratio
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.default import default_model_dir
+from wamdiff2_ros.sim.dataset import GenerateConfig, generate
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generated")
+    generate(GenerateConfig(folder, samples=3, seed=7, camera=Camera().scaled_to_width(192)), progress=False)
+    return folder
+
+
+def test_predicted_plans_and_detections_are_what_open_loop_scores(generated, tmp_path, capsys) -> None:
+    model = str(default_model_dir())
+    plans, boxes = tmp_path / "plans.json", tmp_path / "detections.json"
+    assert cli_main(["eval", "predict", model, str(generated), str(plans), "--steps", "8"]) == 0
+    answers = json.loads(plans.read_text())
+    assert sorted(answers) == sorted(r["id"] for r in json.loads((generated / "planning.json").read_text()))
+    summary = json.loads((tmp_path / "plans.json.summary.json").read_text())
+    assert summary["samples"] == 3 and summary["grammar"] and summary["forwards_per_answer"] >= 1
+    arguments = [model, str(generated), str(boxes), "--task", "detection", "--samples", "1"]
+    assert cli_main(["eval", "predict", *arguments]) == 0
+    (record,) = json.loads(boxes.read_text())  # the task file's record, its answer replaced
+    assert record["conversations"][-1]["from"] == "gpt"
+    report = tmp_path / "report"
+    scored = ["--data", str(generated), "--predictions", f"default={plans}", "--detections", str(boxes)]
+    assert cli_main(["eval", "open-loop", *scored, "--out", str(report), "--plots", "0"]) == 0
+    planners = json.loads((report / "report.json").read_text())["planners"]
+    assert np.isfinite(planners["default"]["ade_m"])
+    # The same predictions on both sides: ratio 1 with a degenerate interval.
+    paired = tmp_path / "paired.json"
+    pair = f"{generated}={plans}"
+    assert cli_main(["eval", "paired", "--reference", pair, "--planner", pair, "--out", str(paired)]) == 0
+    result = json.loads(paired.read_text())
+    assert result["samples"] == 3 and result["ratio"] == result["low"] == result["high"] == 1.0
+
+
+def test_paired_ratio_resamples_the_same_samples_on_both_sides() -> None:
+    reference = np.random.default_rng(0).uniform(0.5, 3.0, 40)
+    result = paired_ratio(2.0 * reference, reference, resamples=200)
+    assert result["ratio"] == pytest.approx(2.0)
+    assert result["low"] == pytest.approx(2.0) and result["high"] == pytest.approx(2.0)  # paired: no spread
+    noisy = reference + np.random.default_rng(1).normal(0.0, 0.3, 40)
+    spread = paired_ratio(noisy, reference, resamples=200)
+    assert spread["low"] < spread["ratio"] < spread["high"]
+    with pytest.raises(ValueError, match="paired samples"):
+        paired_ratio(reference[:3], reference)

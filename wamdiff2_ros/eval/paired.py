@@ -1,0 +1,57 @@
+"""A planner's ADE relative to a reference planner's on the same samples, with a paired bootstrap interval.
+
+The model card's "B = 32 against its AR teacher" table: both planners' predictions over the same
+``wamdiff2 sim generate`` folders, pooled; the ratio of mean ADEs and its 90 % interval over resamples of
+the samples (the same resample for both planners, so their shared difficulty cancels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from wamdiff2_ros.eval.open_loop import load_predictions, load_truth
+
+
+def sample_ade(data_dir: Path, predictions: Path) -> np.ndarray:
+    """Per-sample ADE (m) of a predictions file, in the ground truth's sample order.
+
+    Raises:
+        KeyError: a sample of the ground truth has no prediction.
+    """
+    truth, planned = load_truth(data_dir), load_predictions(predictions)
+    return np.array(
+        [np.linalg.norm(planned[i] - truth[i].waypoints_ego, axis=1).mean() for i in sorted(truth)]
+    )
+
+
+def paired_ratio(planner: np.ndarray, reference: np.ndarray, resamples: int = 5000, seed: int = 0) -> dict:
+    """Mean ADE ratio planner / reference and its 90 % paired bootstrap interval.
+
+    Args:
+        planner: per-sample ADE of the planner.
+        reference: per-sample ADE of the reference, the same samples in the same order.
+        resamples: bootstrap resamples.
+        seed: the resampling's seed.
+
+    Returns:
+        ``samples``, ``ade_m``, ``reference_ade_m``, ``ratio``, and ``low`` and ``high`` (the 5th and
+        95th percentiles of the resampled ratio).
+
+    Raises:
+        ValueError: the two differ in length or are empty.
+    """
+    if len(planner) != len(reference) or len(planner) == 0:
+        raise ValueError(f"paired samples needed, got {len(planner)} and {len(reference)}")
+    draws = np.random.default_rng(seed).integers(0, len(reference), (resamples, len(reference)))
+    ratios = planner[draws].mean(1) / reference[draws].mean(1)
+    low, high = np.quantile(ratios, [0.05, 0.95])
+    return {
+        "samples": len(planner),
+        "ade_m": float(planner.mean()),
+        "reference_ade_m": float(reference.mean()),
+        "ratio": float(planner.mean() / reference.mean()),
+        "low": float(low),
+        "high": float(high),
+    }

@@ -1,0 +1,105 @@
+"""A checkpoint's answers over the records of a ``wamdiff2 sim generate`` folder, for ``wamdiff2 eval``.
+
+``predict_records`` is the one decode loop of offline evaluation (``training/evaluate.py`` scores its
+output after a training phase; ``wamdiff2 eval predict`` writes it for ``eval open-loop``): planning and
+detection answers under their grammar (detection's labels: the categories its prompt lists; a prompt that
+lists none is decoded unconstrained), QA unconstrained, with forwards, answer tokens and seconds per answer.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
+
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
+from wamdiff2_ros.model.vocab import available_ids
+from wamdiff2_ros.training.data import Record, tokenize_record
+
+# Planning takes the decoders' default budget (128): a padded plan of a fast car ("101.72" at 4 s) is
+# longer than the 96 tokens of one below 100 m, and a tighter budget makes the grammar cut it to "10.17".
+MAX_NEW_TOKENS = {"planning": DecodeConfig().max_new_tokens, "detection": 160, "qa": 16}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One record's decoded answer and what it cost."""
+
+    record: Record
+    text: str
+    forwards: int
+    answer_tokens: int  # tokens of the answer, its <|im_end|> included
+    seconds: float
+
+
+@torch.inference_mode()
+def predict_records(
+    model: Qwen3VLForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    records: list[Record],
+    config: DecodeConfig,
+    *,
+    min_pixels: int,
+    max_pixels: int,
+) -> list[Prediction]:
+    """Decode every record with ``config``; its ``grammar`` flag turns the planning and detection grammars
+    on (built once per prompt kind over the ids the model can emit).
+
+    Args:
+        model: the model (put in eval mode here).
+        tokenizer: the Qwen tokenizer.
+        records: records of any tasks.
+        config: decode settings (the number style is the model's, ``min_int_digits_of``).
+        min_pixels: smallest resized image area.
+        max_pixels: largest resized image area.
+
+    Returns:
+        One prediction per record, in order.
+    """
+    model.eval()
+    grammars = AnswerGrammars(tokenizer, replace(config, grammar=True), available_ids(model))
+    predictions = []
+    for record in records:
+        example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
+        grammar = grammars.for_task(record.task, record.user_text) if config.grammar else None
+        started = time.perf_counter()
+        result = decode(
+            model, tokenizer, example.prompt, replace(config, grammar=grammar is not None), grammar
+        )
+        seconds = time.perf_counter() - started
+        tokens = len(result.token_ids) + int(result.candidates[0].stopped)
+        predictions.append(Prediction(record, result.text, result.forwards, tokens, seconds))
+    return predictions
+
+
+def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> object:
+    """What ``eval open-loop`` reads: planning ``{id: answer}``; detection and QA the task file's records
+    (of the predicted ids) with their last turn replaced by the answer."""
+    answers = {p.record.id: p.text for p in predictions}
+    if task == "planning":
+        return answers
+    items = json.loads((Path(data_dir) / f"{task}.json").read_text())
+    return [
+        item | {"conversations": [*item["conversations"][:-1], {"from": "gpt", "value": answers[item["id"]]}]}
+        for item in items
+        if item["id"] in answers
+    ]
+
+
+def cost_summary(predictions: list[Prediction]) -> dict:
+    """Forwards per answer, answer tokens per forward and decode seconds (median, p90) over predictions."""
+    forwards = sum(p.forwards for p in predictions)
+    seconds = sorted(p.seconds for p in predictions)
+    return {
+        "samples": len(predictions),
+        "forwards_per_answer": forwards / len(predictions),
+        "tokens_per_forward": sum(p.answer_tokens for p in predictions) / forwards,
+        "decode_s_median": statistics.median(seconds),
+        "decode_s_p90": seconds[int(0.9 * (len(seconds) - 1))],
+    }
