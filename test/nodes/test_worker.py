@@ -11,14 +11,24 @@ from wamdiff2_ros.nodes import worker as worker_module
 from wamdiff2_ros.nodes.worker import LatestInputWorker, fresher_wait_s
 
 
-def make_worker(job):
+def make_worker(job, wait_for_fresher: bool = False):
     results, errors = [], []
     worker = LatestInputWorker(
         job,
         on_result=lambda item, result, _s: results.append(result),
         on_error=lambda i, e: errors.append((i, e)),
+        wait_for_fresher=wait_for_fresher,
     )
     return worker, results, errors
+
+
+def busy_fresher_worker():
+    """A frame-waiting worker blocked on item 0 (``release`` lets it finish), and its results."""
+    job, started, release = blocking_job()
+    worker, results, _ = make_worker(job, wait_for_fresher=True)
+    worker.submit(0)
+    assert started.wait(5)
+    return worker, results, release
 
 
 def blocking_job() -> tuple:
@@ -118,13 +128,7 @@ class FakeTime:
 def test_a_worker_freed_to_a_stale_input_plans_the_next_one_that_comes(monkeypatch) -> None:
     clock = FakeTime()  # frozen while the worker waits: it waits until the fresher frame comes
     monkeypatch.setattr(worker_module, "time", clock)
-    job, started, release = blocking_job()
-    results = []
-    worker = LatestInputWorker(
-        job, lambda i, r, s: results.append(r), lambda i, e: None, wait_for_fresher=True
-    )
-    worker.submit(0)
-    assert started.wait(5)
+    worker, results, release = busy_fresher_worker()
     for item in (1, 2, 3):  # a 50 ms camera while item 0 runs
         clock.now += 0.05
         worker.submit(item)
@@ -139,13 +143,7 @@ def test_a_worker_freed_to_a_stale_input_plans_the_next_one_that_comes(monkeypat
 
 
 def test_a_worker_freed_to_a_stale_input_takes_it_when_no_fresher_one_comes() -> None:
-    job, started, release = blocking_job()
-    results = []
-    worker = LatestInputWorker(
-        job, lambda i, r, s: results.append(r), lambda i, e: None, wait_for_fresher=True
-    )
-    worker.submit(0)
-    assert started.wait(5)
+    worker, results, release = busy_fresher_worker()
     worker.submit(1)
     worker.period_s = 1e-5  # a camera far faster than item 1's age: the worker waits 2.5 us for a next one
     release.set()
