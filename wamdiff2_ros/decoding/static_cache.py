@@ -6,7 +6,8 @@ allocates).
 write_and_denoise), so the block decoder runs over it unchanged; it computes answer blocks with the lean
 forward (fast_model.py) and an attention backend (attention/), optionally replaying CUDA graphs
 (cuda_graph.py). The prompt's pass is lean too (prefill.py: the lean vision tower, fast_vision.py, and lean
-layers) into row 0, then copied to the other rows unless the backend reads it from row 0 (FlashInfer).
+layers, replayed from one graph per prompt length with graphs on) into row 0, then copied to the other rows
+unless the backend reads it from row 0 (FlashInfer).
 Slots: the prompt occupies [0, P), answer token j slot P + j. A denoising forward writes the block's K/V
 into its own slots, which the next forward overwrites: "read-only" is free here.
 """
