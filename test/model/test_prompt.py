@@ -128,3 +128,14 @@ def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tok
         assert (
             build_planning_prompt(tokenizer, front_image, command, velocity, acceleration).length in lengths
         )
+
+
+@pytest.mark.parametrize("size_hw", [(96, 128), (360, 640), (1080, 1920)], ids=["20", "220", "1980-tokens"])
+def test_prompt_ids_are_the_whole_chat_text_tokenised(tokenizer, size_hw) -> None:
+    # The prompt tokenises one <|image_pad|> and repeats its id; it must equal tokenising the full text.
+    image = np.zeros((*size_hw, 3), np.uint8)
+    for command, velocity in (("left", (4.66, -0.09)), ("unknown", (-12.25, 31.5))):
+        prompt = build_planning_prompt(tokenizer, image, command, velocity, (0.17, -1.53))
+        pads = int(prompt.mm_token_type_ids.sum())
+        text = chat_prompt_text(planning_user_text(command, velocity, (0.17, -1.53)), pads)
+        assert prompt.input_ids[0].tolist() == tokenizer(text, add_special_tokens=False)["input_ids"]
