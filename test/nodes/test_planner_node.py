@@ -7,6 +7,7 @@ checks what comes out (stamps, frames, shapes, diagnostics), as a camera driver 
 from __future__ import annotations
 
 import math
+import pathlib
 import re
 import time
 
@@ -15,7 +16,7 @@ import pytest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
-from ros_harness import Probe, node_output, start_node, stop_node
+from ros_harness import Probe, node_command, node_output, start_node, start_process, stop_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
@@ -464,3 +465,44 @@ def test_continuously_rejected_frames_give_the_held_plan_flagged_then_a_stop_the
     finally:
         probe.close()
         stop_node(process)
+
+
+@pytest.mark.ros
+def test_a_model_out_of_memory_publishes_a_flagged_fallback_releases_and_plans_on(ros_context) -> None:
+    # The node's half of the CUDA out-of-memory fault: the model raises it once (test/support/
+    # failing_planner_node.py); the H200 test forces a real one at the Planner.
+    namespace = "/planner_oom"
+    node = f"{namespace}/wamdiff2_planner"
+    params = {**PARAMS, "output.detections_every_n": 0}
+    script = pathlib.Path(__file__).parents[1] / "support" / "failing_planner_node.py"
+    command = node_command("unused", namespace, params)
+    process = start_process([command[0], str(script), *command[3:]])
+    topic = f"{node}/output/trajectory"
+    probe = Probe(ros_context, "oom_probe", {topic: PlannedTrajectory, "/diagnostics": DiagnosticArray})
+    try:
+        ready = probe.spin_until(lambda: _value(probe, node, "model_state") == "ready", timeout_s=60)
+        assert ready, "planner did not load:\n" + node_output(process)
+        harness = (process, probe, Driver(probe, node))
+        first, _ = _plan_once_on(harness, node)
+        failed, _ = _plan_once_on(harness, node)
+        after, _ = _plan_once_on(harness, node)
+        assert first.status == after.status == PlannedTrajectory.STATUS_OK  # recovered without a restart
+        assert failed.status == PlannedTrajectory.STATUS_FALLBACK
+        assert "model failed: OutOfMemoryError: CUDA out of memory" in failed.status_reason
+        assert len(failed.points) == 8 and all(math.isfinite(p.position.x) for p in failed.points)
+        assert probe.spin_until(lambda: _value(probe, node, "problem.out_of_memory") == "1", timeout_s=5)
+    finally:
+        probe.close()
+        output = stop_node(process)
+    assert "fault test: release_memory called" in output
+
+
+def _value(probe: Probe, node: str, key: str) -> str | None:
+    """The latest value of ``key`` in ``node``'s diagnostics."""
+    for array in reversed(probe.received["/diagnostics"]):
+        for status in array.status:
+            if status.name.lstrip("/") == node.lstrip("/"):
+                for kv in status.values:
+                    if kv.key == key:
+                        return kv.value
+    return None
