@@ -8,8 +8,8 @@ is one Qwen token), which fixes 5 tokens per value for |v| < 100 m (99.9 % of th
 
 ``make SRC OUT --samples N``: OUT/plain (the first N scenes of a ``wamdiff2 sim generate`` folder, all three
 tasks) and OUT/padded (the same, planning answers padded; images shared through ``../plain``).
-``glitches DATA REFERENCE=PRED NAME=PRED ...``: per predictions file (``wamdiff2 eval predict`` output) the ADE,
-the share of plans whose speed jumps by more than 8 m/s between consecutive 0.5 s steps
+``glitches DATA REFERENCE=PRED NAME=PRED ...``: per predictions file (``wamdiff2 eval predict`` output) the
+ADE, the share of plans whose speed jumps by more than 8 m/s between consecutive 0.5 s steps
 (``eval.metrics.speed_jump``; no expert plan does), and each model's ADE over the reference's on all plans and
 on the plans without a jump.
 """
