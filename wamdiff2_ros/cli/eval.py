@@ -112,8 +112,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_predict(verbs: argparse._SubParsersAction) -> None:
-    from wamdiff2_ros.decoding import commit_rules
-
     predict = verbs.add_parser(
         "predict",
         help="decode a checkpoint over one task file of a 'sim generate' folder (answers for open-loop)",
@@ -126,11 +124,18 @@ def _add_predict(verbs: argparse._SubParsersAction) -> None:
     predict.add_argument("checkpoint", help="checkpoint folder")
     predict.add_argument("data", type=Path, help="a 'wamdiff2 sim generate' folder")
     predict.add_argument("out", type=Path, help="answers file to write")
-    predict.add_argument("--task", choices=("planning", "detection", "qa"), default="planning")
+    predict.add_argument(
+        "--task", choices=("planning", "detection", "qa"), default="planning", help="task file to decode"
+    )
     predict.add_argument("--block-size", type=int, default=32, help="block size B (default 32)")
     predict.add_argument("--steps", type=int, default=0, help="denoising steps per block (0: B)")
+    # No choices: the rule registry imports torch, and building the parser must not; DecodeConfig refuses
+    # an unknown rule with the registered ones.
     predict.add_argument(
-        "--rule", choices=commit_rules.names(), default="low_confidence_dynamic", help="commit rule"
+        "--rule",
+        default="low_confidence_dynamic",
+        help="commit rule: low_confidence_dynamic (default), low_confidence_static, sequential, or another "
+        "registered one",
     )
     predict.add_argument("--threshold", type=float, default=0.9, help="the dynamic rule's threshold")
     predict.add_argument("--samples", type=int, default=0, help="the first N records (0: all)")
@@ -148,8 +153,16 @@ def _add_paired(verbs: argparse._SubParsersAction) -> None:
         "pooled. Prints the ratio of mean ADEs, its 90 %% interval over resamples of the samples, and the "
         "ratio on each set alone.",
     )
-    paired.add_argument("--reference", nargs="+", required=True, metavar="DATA=FILE")
-    paired.add_argument("--planner", nargs="+", required=True, metavar="DATA=FILE")
+    paired.add_argument(
+        "--reference",
+        nargs="+",
+        required=True,
+        metavar="DATA=FILE",
+        help="the reference planner's predictions",
+    )
+    paired.add_argument(
+        "--planner", nargs="+", required=True, metavar="DATA=FILE", help="the compared planner's predictions"
+    )
     paired.add_argument("--resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
     paired.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     paired.set_defaults(func=run_paired)
