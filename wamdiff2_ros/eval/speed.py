@@ -292,11 +292,19 @@ def measure_prefills(
                 lambda t=tower: t(pixels, grid), model.device, warmup, repeat
             )
     inputs = prompt_inputs(model, prompt, towers[False])
+    decoders = {fast: LeanDecoder(model, compile=fast) for fast in towers}  # compiled once, for every backend
     for backend in backends:
         for fast, tower in towers.items():
-            decoder = LeanDecoder(model, compile=fast)
             cache = StaticBlockCache(
-                model, block_size, 1, prompt.length, block_size, backend, fast, decoder=decoder, vision=tower
+                model,
+                block_size,
+                1,
+                prompt.length,
+                block_size,
+                backend,
+                fast,
+                decoder=decoders[fast],
+                vision=tower,
             )
             suffix = " compile graph" if fast else ""
             timings[f"lean {backend}{suffix}"] = time_call(
