@@ -31,5 +31,7 @@ def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) 
     assert result["frames_planned"] >= 3
     assert 0 < result["latency_min_ms"] <= result["latency_p50_ms"] <= result["latency_p99_ms"] < 10_000
     stages = result["planner_stage_p50_ms"]  # where the node's time goes, from its /diagnostics
-    assert {"queue", "convert", "preprocess", "decode"} <= set(stages)
+    assert {"delivery", "queue", "convert", "preprocess", "decode", "publish"} <= set(stages)
+    assert 0 <= result["outside_node_p50_ms"] <= result["latency_p50_ms"]  # same clock on both ends
+    assert result["gpu_memory_allocated_mb_max"] is None  # a CPU model
     assert sum(stages.values()) <= result["latency_p99_ms"]

@@ -143,7 +143,7 @@ def test_diagnostics_report_the_median_of_each_plan_stage(planner) -> None:
         return {}
 
     assert probe.spin_until(lambda: bool(stages()), 10), node_output(process)
-    for stage in ("preprocess", "vision", "prefill", "decode", "parse", "queue", "convert"):
+    for stage in ("preprocess", "vision", "prefill", "decode", "parse", "queue", "convert", "publish"):
         assert float(stages()[f"stage_p50_ms.{stage}"]) >= 0.0
     assert float(stages()["stage_p50_ms.decode"]) > 0.0
 

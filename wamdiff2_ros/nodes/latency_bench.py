@@ -4,8 +4,9 @@ A planner process (started as the launch file starts it) is fed frames and odome
 fixed rate over real DDS; each received trajectory is matched to its frame by the header stamp (the frame's
 stamp is its publish time on the shared system clock). Reported: p50 / p99 latency, the frames planned and
 those the newest-frame-wins worker dropped, and the planner's own stage medians from its last /diagnostics
-(``queue``: frame received to worker start, ``convert``, then ``Planner.plan``'s stages), so the time DDS
-and the node add shows beside the plan's.
+(``delivery``: the frame's stamp to the node's callback, ``queue``: callback to worker start, ``convert``,
+``Planner.plan``'s stages, then ``publish``: the four outputs), so the time DDS and the node add shows beside
+the plan's, and the largest GPU memory the planner reported.
 """
 
 from __future__ import annotations
@@ -98,19 +99,28 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     from sensor_msgs.msg import Image
 
     received: dict[int, float] = {}
+    in_node_ms: dict[int, float] = {}  # per frame: the node's own receipt-to-result time (DecoderInfo)
+
+    def on_trajectory(msg: PlannedTrajectory) -> None:
+        stamp = stamp_ns(msg.header)
+        received.setdefault(stamp, time.time_ns())
+        in_node_ms.setdefault(stamp, msg.decoder.latency_ms)
     stages: dict[str, float] = {}
+    gpu_memory_mb: list[float] = []  # the planner's allocated GPU memory, from each report
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
             for kv in status.values:
                 if kv.key.startswith("stage_p50_ms."):
                     stages[kv.key.removeprefix("stage_p50_ms.")] = float(kv.value)
+                elif kv.key == "gpu_memory_allocated_mb":
+                    gpu_memory_mb.append(float(kv.value))
 
     diagnostics = node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos.RELIABLE)
     trajectories = node.create_subscription(
         PlannedTrajectory,
         "/wamdiff2_planner/output/trajectory",
-        lambda msg: received.setdefault(stamp_ns(msg.header), time.time_ns()),
+        on_trajectory,
         qos.RELIABLE,
     )
     image_publisher = node.create_publisher(Image, INPUTS["image"], qos.RELIABLE)
@@ -156,7 +166,10 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     while time.monotonic() < report and not stages:
         executor.spin_once(timeout_sec=0.1)
     node.destroy_subscription(diagnostics)
-    latencies_ms = np.array([(received[s] - s) / 1e6 for s in sent if s in received])
+    planned = [s for s in sent if s in received]
+    latencies_ms = np.array([(received[s] - s) / 1e6 for s in planned])
+    # Outside the node's receipt-to-result: delivery to the node, publishing, the trajectory's way back.
+    outside_ms = latencies_ms - np.array([in_node_ms[s] for s in planned])
     if latencies_ms.size == 0:
         raise RuntimeError(f"no trajectory came back; planner log:\n{log.read_text()[-2000:]}")
     return {
@@ -166,5 +179,7 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
         "latency_p50_ms": round(float(np.percentile(latencies_ms, 50)), 1),
         "latency_p99_ms": round(float(np.percentile(latencies_ms, 99)), 1),
         "latency_min_ms": round(float(latencies_ms.min()), 1),
+        "outside_node_p50_ms": round(float(np.percentile(outside_ms, 50)), 1),
         "planner_stage_p50_ms": stages,
+        "gpu_memory_allocated_mb_max": max(gpu_memory_mb) if gpu_memory_mb else None,  # None: a CPU model
     }

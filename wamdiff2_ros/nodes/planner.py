@@ -88,12 +88,19 @@ class Frame:
         header: the frame's header.
         convert: makes the (H, W, 3) uint8 RGB pixels; may raise ``InputError`` (e.g. a corrupt JPEG).
         received_monotonic_s: when the executor received it.
+        age_at_receipt_s: its stamp's age then, on the node's clock (the camera's capture to the node's
+            callback: the driver, DDS and the executor, as far as the two clocks agree).
     """
 
     def __init__(
-        self, header: Header, convert: Callable[[], np.ndarray], received_monotonic_s: float
+        self,
+        header: Header,
+        convert: Callable[[], np.ndarray],
+        received_monotonic_s: float,
+        age_at_receipt_s: float,
     ) -> None:
-        self.header, self._convert, self.received_monotonic_s = header, convert, received_monotonic_s
+        self.header, self._convert = header, convert
+        self.received_monotonic_s, self.age_at_receipt_s = received_monotonic_s, age_at_receipt_s
 
     @cached_property
     def image_rgb(self) -> np.ndarray:
@@ -290,7 +297,8 @@ class PlannerNode(Node):
             return
         with self._sync_lock:
             resets = self.sync.counts["reset"]
-            match = self.sync.add_frame(stamp_ns(header), Frame(header, convert, time.monotonic()))
+            frame = Frame(header, convert, time.monotonic(), age_s)
+            match = self.sync.add_frame(stamp_ns(header), frame)
             self._note_sync(resets)
         self._submit(match)
 
@@ -351,7 +359,9 @@ class PlannerNode(Node):
         converted = time.monotonic()
         inputs = DrivingInputs(image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2)
         output = self.planner.plan(inputs)
-        # What the node adds to the plan's own stages: waiting for the worker, and the frame's conversion.
+        # What the node adds to the plan's own stages: the frame's way here, waiting for the worker, and the
+        # frame's conversion (publishing is added once the outputs are out: _on_result).
+        output.stages_s["delivery"] = frame.age_at_receipt_s
         output.stages_s["queue"] = started - frame.received_monotonic_s
         output.stages_s["convert"] = converted - started
         return output
@@ -405,7 +415,9 @@ class PlannerNode(Node):
             if trajectory is None:
                 return
             trajectory.command, trajectory.decoder, trajectory.model_name = command, info, name
+        publishing = time.monotonic()
         self._publish(header, trajectory, candidates, match.state)
+        output.stages_s["publish"] = time.monotonic() - publishing
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns(header)) / 1e6
         self.health.record_latency(info.latency_ms, age_ms)
         self.health.record_stages({stage: value * 1e3 for stage, value in output.stages_s.items()})
