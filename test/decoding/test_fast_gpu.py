@@ -293,3 +293,43 @@ def test_reduced_vocabulary_flashinfer_graphs_match_flashinfer_without_graphs(
     plain = _decode(reduced_bf16_model, tokenizer, planning_prompt, **settings)
     graphed = _decode(reduced_bf16_model, tokenizer, planning_prompt, cuda_graphs=True, **settings)
     assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in plain.candidates]
+
+
+@pytest.mark.parametrize("rows", [32, 128])
+def test_fp8_scaled_mm_on_cuda_is_its_dequantised_twin(rows):
+    from wamdiff2_ros.decoding import fp8
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    weight = fp8.quantize_weight(torch.randn(512, 256, device="cuda", generator=generator).bfloat16())
+    x = torch.randn(rows, 256, device="cuda", generator=generator).bfloat16()
+    error = _relative_error(fp8.fp8_linear(x, weight), fp8.dequantized_linear(x, weight))
+    assert error < 1e-2, f"relative error {error:.3g}"
+
+
+def test_compiled_graphed_fp8_forward_matches_uncompiled_fp8_and_stays_near_bf16(bf16_model, planning_prompt):
+    size, rows = 8, 4
+    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
+    logits = {}
+    for name, compile, weights in (
+        ("bf16", False, "bf16"),
+        ("fp8", False, "fp8"),
+        ("fp8 compiled", True, "fp8"),
+    ):
+        cache = StaticBlockCache(
+            bf16_model, size, rows, planning_prompt.length, 32, backend="sdpa", cuda_graphs=compile,
+            decoder=LeanDecoder(bf16_model, compile=compile, weights=weights),
+        )  # fmt: skip
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[name] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    assert _relative_error(logits["fp8 compiled"], logits["fp8"]) < 2e-2
+    error = _relative_error(logits["fp8"], logits["bf16"])
+    assert 0 < error < 0.1, f"fp8 logits {error:.3g} from bf16"
+
+
+def test_compiled_fp8_graphed_loop_agrees_with_uncompiled_fp8(bf16_model, tokenizer, planning_prompt):
+    settings = {"block_size": 8, "steps": 8, "commit_rule": "low_confidence_static", "max_new_tokens": 32}
+    settings.update(backend="sdpa", cuda_graphs=True, candidates=4, weights="fp8")
+    plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
+    fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
+    assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]

@@ -102,6 +102,7 @@ def test_decoder_parameters_take_decode_config_defaults_unless_the_node_differs_
         "decoder.commit_rule": decode.commit_rule,
         "decoder.cuda_graphs": decode.cuda_graphs,
         "decoder.compile": decode.compile,
+        "decoder.weights": decode.weights,
         "decoder.threshold": decode.threshold,
         "decoder.max_new_tokens": decode.max_new_tokens,
         "decoder.max_step_m": decode.max_step_m,

@@ -1,12 +1,15 @@
 """Kernel probes behind the fast path's choices (GPU only; docs/log/benchmarks-gpu-decoding-2026-11-30.md).
 
 gemm: the 2b text decoder's matrix products at M = 32..256 rows (cuBLAS via F.linear, FP8 via _scaled_mm,
-Inductor max-autotune at M = 32). attention: one block's 32 queries (16 query / 8 KV heads of 128) over
+Inductor max-autotune at M = 32). fp8: the same at M = 32..256 and 2,106 (the 1080p prompt) through
+``decoding.fp8``: row-wise _scaled_mm alone, and ``fp8_linear`` whole (activation quantisation included),
+eager and compiled. attention: one block's 32 queries (16 query / 8 KV heads of 128) over
 ~2.1k cached keys, 28 layers in one CUDA graph, through FlashInfer's kernel families (fa2, fa3, auto) and
 page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; and through plain torch ops.
 Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
+[gemm,fp8,attention] (the parts to run; default all).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -82,6 +85,38 @@ def gemm() -> dict[str, dict[str, float]]:
                 tuned(x, weight)
                 row["autotune_ms"] = graph_ms(repeated(lambda x=x, w=weight, f=tuned: f(x, w), 20)) / 20
                 row["autotune_compile_s"] = time.time() - started
+            results[f"M{rows} {name}"] = row
+            print(rows, name, json.dumps(row), flush=True)
+    return results
+
+
+def fp8() -> dict[str, dict[str, float]]:
+    from wamdiff2_ros.decoding.fp8 import fp8_linear, quantize_rows, quantize_weight
+
+    torch._dynamo.config.recompile_limit = 64  # one specialisation per shape, as the fast path compiles
+    compiled = torch.compile(fp8_linear, dynamic=False)
+    results = {}
+    for rows in (32, 128, 256, 2106):
+        for name, (n, k) in SHAPES.items():
+            if rows > 256 and name == "head":  # the prompt's pass computes no logits
+                continue
+            weight = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16) * 0.02
+            x = torch.randn(rows, k, device=DEVICE, dtype=torch.bfloat16)
+            quantised = quantize_weight(weight)
+            x8, x_scale = quantize_rows(x)
+            row = {"bf16_ms": graph_ms(repeated(lambda x=x, w=weight: F.linear(x, w), 20)) / 20}
+
+            def scaled(x8=x8, x_scale=x_scale, w=quantised) -> torch.Tensor:
+                return torch._scaled_mm(
+                    x8, w.data.t(), scale_a=x_scale, scale_b=w.scale, out_dtype=torch.bfloat16
+                )
+
+            row["rowwise_scaled_mm_ms"] = graph_ms(repeated(scaled, 20)) / 20
+            row["fp8_linear_ms"] = graph_ms(repeated(lambda x=x, w=quantised: fp8_linear(x, w), 20)) / 20
+            compiled(x, quantised)
+            row["fp8_linear_compiled_ms"] = (
+                graph_ms(repeated(lambda x=x, w=quantised: compiled(x, w), 20)) / 20
+            )
             results[f"M{rows} {name}"] = row
             print(rows, name, json.dumps(row), flush=True)
     return results
@@ -185,6 +220,8 @@ def attention() -> dict[str, dict[str, object]]:
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    report = {"gemm": gemm(), "attention": attention()}
+    parts = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemm", "fp8", "attention"]
+    probes = {"gemm": gemm, "fp8": fp8, "attention": attention}
+    report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
         json.dump(report, file, indent=1)

@@ -25,11 +25,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "what",
-        choices=("decode", "prefill", "plot", "node", "profile", "plan", "soak"),
+        choices=("decode", "prefill", "plot", "node", "profile", "plan", "soak", "fp8"),
         help="what to time (plot: draw the chain of --input; node: frame-to-trajectory latency of the "
         "planner node over DDS; profile: kernel time of one graphed B32 S8 step and forward, with and "
         "without compile; plan: camera-to-plan through Planner.plan, the node's own call, per stage; soak: "
-        "planner and scorer fed from a looping bag for --minutes, memory, drops and diagnostics over time)",
+        "planner and scorer fed from a looping bag for --minutes, memory, drops and diagnostics over time; "
+        "fp8: accuracy of FP8 weights against the model's own on --frames seeded planning prompts: per-layer "
+        "hidden error, first-block logits, greedy answers; --preset '' is the bundled model)",
     )
     parser.add_argument("--preset", default="2b", help="model preset (default 2b)")
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
@@ -68,12 +70,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", choices=("bgr8", "bgra8"), default="bgr8", help="node: frame encoding")
     parser.add_argument("--row-padding", type=int, default=0, help="node: bytes after each frame row")
     parser.add_argument(
-        "--no-compile", action="store_true", help="plan: fast rows without torch.compile (minutes less setup)"
+        "--no-compile",
+        action="store_true",
+        help="plan, fp8: the fast path without torch.compile (minutes less setup)",
     )
     parser.add_argument(
         "--only",
         default="",
-        help="plan: run only the rows whose name contains one of these comma-separated parts (e.g. "
+        help="plan, decode: run only the rows whose name contains one of these comma-separated parts (e.g. "
         "'K1 grammar,K4 free'): a compiled row's warm-up takes minutes",
     )
     parser.add_argument(
@@ -109,8 +113,11 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
         (f"AR static {fast} graphs", {"block_size": 1, "steps": 1, "backend": fast, "cuda_graphs": True}),
         headline,
     ]
+    fp8 = {**best, "steps": 8, "compile": True, "weights": "fp8"}
     compiled = [
         (f"B32 S8 {fast} graphs fused compile", {**best, "steps": 8, "compile": True}),
+        (f"B32 S8 {fast} graphs fused compile fp8", fp8),
+        (f"B32 S8 K8 {fast} graphs fused compile fp8", {**fp8, "candidates": 8}),
         (f"B32 S8 K8 {fast} graphs fused compile", {**best, "steps": 8, "candidates": 8, "compile": True}),
         (
             f"AR static {fast} graphs compile",
@@ -125,9 +132,9 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
         return _keep(
             [
                 headline,
-                *compiled[:2],
+                *compiled[:4],
                 (f"B32 S8 K8 {fast} graphs fused", {**best, "steps": 8, "candidates": 8}),
-                *compiled[2:],
+                *compiled[4:],
             ],
             graphs,
         )
@@ -364,7 +371,51 @@ def _soak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fp8(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from wamdiff2_ros.decoding.attention import resolve_backend
+    from wamdiff2_ros.eval import fp8_accuracy, speed
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS
+    from wamdiff2_ros.model.prompt import build_planning_prompt
+    from wamdiff2_ros.model.tokenizer import load_tokenizer
+
+    device = torch.device(args.device)
+    if args.preset:
+        model, tokenizer = build_model(args.preset, seed=0, dtype=args.dtype, device=device), load_tokenizer()
+        min_pixels, max_pixels = MIN_PIXELS, MAX_PIXELS
+    else:  # the bundled model, at its own pixel budget
+        loaded = load_checkpoint(default_model_dir(), dtype=args.dtype, device=device)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        min_pixels, max_pixels = read_pixel_budget(default_model_dir())
+    width, height = (int(v) for v in args.image.split(",")[0].lower().split("x"))
+    prompts = []
+    for index in range(args.frames):  # a fixed set: seeded frames, ego speeds 0..14 m/s, every command
+        image = np.random.default_rng(index).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+        command = ("straight", "left", "right", "unknown")[index % 4]
+        velocity = (float(index % 15), 0.0)
+        prompt = build_planning_prompt(
+            tokenizer, image, command, velocity, (0.0, 0.0), min_pixels=min_pixels, max_pixels=max_pixels
+        )
+        prompts.append(prompt)
+    backend = resolve_backend("auto", args.device)
+    card = {**speed.device_card(device), "preset": args.preset or "bundled", "dtype": args.dtype}
+    card.update(prompts=len(prompts), prompt_tokens=prompts[0].length, backend=backend)
+    print(json.dumps(card), flush=True)
+    result = fp8_accuracy.measure(model, tokenizer, prompts, backend, compile=not args.no_compile)
+    print(json.dumps(result.as_dict()), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"card": card, "fp8": result.as_dict()}, indent=2) + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.what == "fp8":
+        return _fp8(args)
     if args.what == "plot":
         return _plot(args)
     if args.what == "node":
@@ -376,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.decoding.fast import FastDecoder
+    from wamdiff2_ros.decoding.fast import FastDecoder, lean_decoder, lean_key
     from wamdiff2_ros.decoding.fast_model import LeanDecoder
     from wamdiff2_ros.eval import speed
     from wamdiff2_ros.model.backbone import build_model
@@ -436,15 +487,18 @@ def run(args: argparse.Namespace) -> int:
             args, model, tokenizer, prompts[0], "flashinfer" if has_flashinfer else "sdpa"
         )
     if args.what == "decode":
-        lean: dict[bool, LeanDecoder] = {}  # one per compile setting, shared by the rows
+        lean: dict[tuple[bool, str], LeanDecoder] = {}  # one per compile and weights, shared by the rows
+        only = [part for part in args.only.split(",") if part]
         for prompt in prompts:
             for name, settings in suite_rows(args.suite, has_flashinfer, graphs=device.type == "cuda"):
+                if only and not any(part in name for part in only):
+                    continue
                 config = DecodeConfig(max_new_tokens=args.max_new_tokens, **settings)
                 decoder, prefill = None, prefills[prompt.length]["hf eager"]
                 if config.backend != "eager":
-                    if config.compile not in lean:
-                        lean[config.compile] = LeanDecoder(model, compile=config.compile)
-                    decoder = FastDecoder(model, config, prompt.length, lean[config.compile])
+                    if lean_key(config) not in lean:
+                        lean[lean_key(config)] = lean_decoder(model, config)
+                    decoder = FastDecoder(model, config, prompt.length, lean[lean_key(config)])
                     prefill = speed.time_call(
                         lambda d=decoder, p=prompt: d.cache.prefill(p), device, repeat=args.repeat
                     )

@@ -141,6 +141,18 @@ def _add_predict(verbs: argparse._SubParsersAction) -> None:
     predict.add_argument("--samples", type=int, default=0, help="the first N records (0: all)")
     predict.add_argument("--no-grammar", action="store_true", help="decode unconstrained (may not parse)")
     predict.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="weights dtype")
+    predict.add_argument(
+        "--backend",
+        choices=("eager", "sdpa"),
+        default="eager",
+        help="decoder forward: eager (transformers, the reference; default) or sdpa (the fast path)",
+    )
+    predict.add_argument(
+        "--weights",
+        choices=("bf16", "fp8"),
+        default="bf16",
+        help="text-layer weights on the fast path: the model's own (default) or fp8 (W8A8, needs sdpa)",
+    )
     predict.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     predict.set_defaults(func=run_predict)
 
@@ -191,6 +203,8 @@ def run_predict(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         grammar=not args.no_grammar,
         min_int_digits=min_int_digits_of(loaded.model.config),  # the number style it was trained on
+        backend=args.backend,
+        weights=args.weights,
     )
     predictions = predict_records(
         loaded.model, loaded.tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
@@ -207,6 +221,8 @@ def run_predict(args: argparse.Namespace) -> int:
         **cost_summary(predictions),
         "threads": torch.get_num_threads(),
         "dtype": args.dtype,
+        "backend": args.backend,
+        "weights": args.weights,
     }
     Path(f"{args.out}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, WEIGHT_FORMATS
 
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
 PLAN_BACKENDS = (*BACKENDS, "auto")
@@ -26,6 +26,7 @@ FROM_CONFIG = {
     "decoder.backend": "backend",
     "decoder.cuda_graphs": "cuda_graphs",
     "decoder.compile": "compile",
+    "decoder.weights": "weights",
     "decoder.threshold": "threshold",
     "decoder.max_new_tokens": "max_new_tokens",
     "decoder.grammar": "grammar",
@@ -44,6 +45,7 @@ DEFAULTS = {
     "backend": "eager",
     "cuda_graphs": False,
     "compile": False,
+    "weights": "bf16",
     "threshold": 0.9,
     "max_new_tokens": 128,
     "grammar": True,
@@ -120,6 +122,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--compile",
         action=argparse.BooleanOptionalAction,
         help="torch.compile the fast backends' lean forward (default off)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=WEIGHT_FORMATS,
+        help="text-layer weights of the fast backends: bf16 (the model's own; default) or fp8 (opt-in W8A8)",
     )
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="weights dtype (default fp32)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default cpu)")
@@ -217,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
             backend=values["backend"],
             cuda_graphs=values["cuda_graphs"],
             compile=values["compile"],
+            weights=values["weights"],
         )
         inputs = DrivingInputs(
             image_rgb=_read_image(args.image),

@@ -10,6 +10,8 @@ from wamdiff2_ros.errors import InputError
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
 BACKENDS = ("eager", "sdpa", "flashinfer")
+# Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model) or fp8 (decoding/fp8.py)
+WEIGHT_FORMATS = ("bf16", "fp8")
 # Steps per block the planner uses unless told otherwise (node, `wamdiff2 plan`, closed loop). DecodeConfig
 # keeps the reference's 32; with the dynamic rule 8 caps a block at 8 forwards, and on the default model it
 # plans as well as 32 in a third fewer forwards (models/default/MODEL_CARD.md).
@@ -53,6 +55,9 @@ class DecodeConfig:
         compile: fast path only: run the lean forward's work between attention calls (and, with CUDA graphs,
             each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is
             its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
+        weights: fast path only: ``bf16`` (the model's own weights) or ``fp8`` (opt-in: the text layers'
+            matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm``; decoding/fp8.py). Not
+            the default until a trained model shows its quality holds (docs/DECISIONS.md).
     """
 
     decoder: str = "block"
@@ -73,6 +78,7 @@ class DecodeConfig:
     backend: str = "eager"
     cuda_graphs: bool = False
     compile: bool = False
+    weights: str = "bf16"
 
     def __post_init__(self) -> None:
         from wamdiff2_ros.decoding import commit_rules  # the registry (and torch) only once a config is made
@@ -82,6 +88,7 @@ class DecodeConfig:
             "commit_rule": commit_rules.names(),  # the registry's: a new rule is valid once registered
             "cache_order": CACHE_ORDERS,
             "backend": BACKENDS,
+            "weights": WEIGHT_FORMATS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -107,6 +114,8 @@ class DecodeConfig:
         for name in ("cuda_graphs", "compile"):
             if getattr(self, name) and self.backend == "eager":
                 raise InputError(f"{name} needs a fast backend (sdpa or flashinfer), not eager")
+        if self.weights != "bf16" and self.backend == "eager":
+            raise InputError(f"weights {self.weights!r} need a fast backend (sdpa or flashinfer), not eager")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:

@@ -58,9 +58,10 @@ class FastDecoder:
             raise InputError("FastDecoder needs backend sdpa or flashinfer")
         if config.cuda_graphs and model.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
-        if decoder is not None and decoder.compile != config.compile:
+        if decoder is not None and lean_key(decoder) != lean_key(config):
             raise InputError(
-                f"the shared lean decoder has compile={decoder.compile}, the config {config.compile}"
+                f"the shared lean decoder has (compile, weights) {lean_key(decoder)}, the config "
+                f"{lean_key(config)}"
             )
         self.model = model
         self.config = config
@@ -75,7 +76,7 @@ class FastDecoder:
             backend=config.backend,
             # The device loop captures whole steps; the host loop replays a graph per forward.
             cuda_graphs=config.cuda_graphs and not self.device_loop,
-            decoder=decoder or LeanDecoder(model, compile=config.compile),
+            decoder=decoder or lean_decoder(model, config),
             vision=vision or lean_vision(model, config),
             prompt_graphs=config.cuda_graphs,
         )
@@ -125,6 +126,16 @@ class FastDecoder:
         return self._steps[id(grammar)][1]
 
 
+def lean_key(config: DecodeConfig | LeanDecoder) -> tuple[bool, str]:
+    """What a lean text decoder depends on in a decode config (or is built with): compile, weights."""
+    return config.compile, config.weights
+
+
+def lean_decoder(model: Qwen3VLForConditionalGeneration, config: DecodeConfig) -> LeanDecoder:
+    """The lean text decoder a fast decoder of ``config`` runs."""
+    return LeanDecoder(model, compile=config.compile, weights=config.weights)
+
+
 def vision_key(config: DecodeConfig) -> tuple[bool, bool]:
     """What a vision tower depends on in a decode config: compile, CUDA graph."""
     return config.compile, config.cuda_graphs
@@ -138,8 +149,8 @@ def lean_vision(model: Qwen3VLForConditionalGeneration, config: DecodeConfig) ->
 
 class FastEngine:
     """Every fast decoder one model needs, each built on first use and then kept: one lean decoder (fused
-    weights, compiled code) per compile setting, a lean vision tower per compile/graph setting (its
-    grid inputs and graph per camera size), and per decode config (seed aside) the static caches,
+    weights, compiled code) per compile and weight-format setting, a lean vision tower per compile/graph
+    setting (its grid inputs and graph per camera size), and per decode config (seed aside) the static caches,
     attention plans and CUDA graphs sized for the prompts seen (a new camera size gets its own).
 
     Args:
@@ -148,7 +159,7 @@ class FastEngine:
 
     def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
         self.model = model
-        self._lean: dict[bool, LeanDecoder] = {}
+        self._lean: dict[tuple[bool, str], LeanDecoder] = {}
         self._vision: dict[tuple[bool, bool], LeanVision] = {}
         self._decoders: dict[DecodeConfig, list[FastDecoder]] = {}
         self.builds = 0  # FastDecoders built (each allocates a cache); a warm engine builds none per frame
@@ -159,15 +170,15 @@ class FastEngine:
         fitting = [d for d in self._decoders.get(key, []) if d.max_prompt_len >= prompt_len]
         if fitting:
             return min(fitting, key=lambda d: d.max_prompt_len)
-        if config.compile not in self._lean:
-            self._lean[config.compile] = LeanDecoder(self.model, compile=config.compile)
+        if lean_key(config) not in self._lean:
+            self._lean[lean_key(config)] = lean_decoder(self.model, config)
         if vision_key(config) not in self._vision:
             self._vision[vision_key(config)] = lean_vision(self.model, config)
         decoder = FastDecoder(
             self.model,
             key,
             prompt_len + PROMPT_HEADROOM,
-            self._lean[config.compile],
+            self._lean[lean_key(config)],
             vision=self._vision[vision_key(config)],
         )
         self._decoders.setdefault(key, []).append(decoder)

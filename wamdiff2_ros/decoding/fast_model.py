@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.decoding.config import WEIGHT_FORMATS
+from wamdiff2_ros.decoding.fp8 import Fp8Weight, linear, quantize_weight
 from wamdiff2_ros.model.vocab import kept_embedding
 
 if TYPE_CHECKING:
@@ -33,15 +35,16 @@ COMPILE_SHAPES = 64
 
 @dataclass(frozen=True)
 class LeanLayer:
-    """One decoder layer's weights; ``qkv`` and ``gate_up`` are concatenated copies, the rest are views."""
+    """One decoder layer's weights; ``qkv`` and ``gate_up`` are concatenated copies, the rest are views (or,
+    for FP8 weights, quantised copies of the four matrices)."""
 
     input_norm: torch.Tensor  # (H,)
-    qkv: torch.Tensor  # ((Hq + 2 Hkv) D, H): q_proj | k_proj | v_proj
+    qkv: torch.Tensor | Fp8Weight  # ((Hq + 2 Hkv) D, H): q_proj | k_proj | v_proj
     qk_norm: torch.Tensor  # (Hq + Hkv, D): q_norm's weight for each query head, then k_norm's per KV head
-    out: torch.Tensor  # (H, Hq D)
+    out: torch.Tensor | Fp8Weight  # (H, Hq D)
     post_norm: torch.Tensor  # (H,)
-    gate_up: torch.Tensor  # (2 I, H): gate_proj | up_proj
-    down: torch.Tensor  # (H, I)
+    gate_up: torch.Tensor | Fp8Weight  # (2 I, H): gate_proj | up_proj
+    down: torch.Tensor | Fp8Weight  # (H, I)
 
     @property
     def first_half(self) -> tuple[torch.Tensor, ...]:
@@ -72,7 +75,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def attention_input(
     x: torch.Tensor,
     input_norm: torch.Tensor,
-    qkv_weight: torch.Tensor,
+    qkv_weight: torch.Tensor | Fp8Weight,
     qk_norm: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
@@ -92,7 +95,7 @@ def attention_input(
     rows, length, hidden = x.shape
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
-    qkv = F.linear(F.rms_norm(x, (hidden,), input_norm, eps), qkv_weight).view(
+    qkv = linear(F.rms_norm(x, (hidden,), input_norm, eps), qkv_weight).view(
         rows, length, qk_heads + kv_heads, dim
     )
     qk = _rotate(F.rms_norm(qkv[:, :, :qk_heads], (dim,), eps=eps) * qk_norm, cos, sin)
@@ -105,16 +108,16 @@ def attention_input(
 def layer_output(
     x: torch.Tensor,
     attended: torch.Tensor,
-    out: torch.Tensor,
+    out: torch.Tensor | Fp8Weight,
     post_norm: torch.Tensor,
-    gate_up: torch.Tensor,
-    down: torch.Tensor,
+    gate_up: torch.Tensor | Fp8Weight,
+    down: torch.Tensor | Fp8Weight,
     eps: float,
 ) -> torch.Tensor:
     """The rest of a layer after attention: output projection, residual, MLP, residual -> (K, n, H)."""
-    x = x + F.linear(attended, out)
-    gate, up = F.linear(F.rms_norm(x, (x.shape[-1],), post_norm, eps), gate_up).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, down)
+    x = x + linear(attended, out)
+    gate, up = linear(F.rms_norm(x, (x.shape[-1],), post_norm, eps), gate_up).chunk(2, dim=-1)
+    return x + linear(F.silu(gate) * up, down)
 
 
 def _begin(
@@ -186,18 +189,26 @@ class LeanDecoder:
             rest shared), never modified.
         compile: run the work between attention calls through ``torch.compile`` (the uncompiled functions
             are its exact twin): the answer forward's per shape, the prompt prefill's for any length.
+        weights: ``bf16``: the model's own weights; ``fp8``: the layers' four matrices quantised to FP8 at
+            construction (decoding/fp8.py; the embedding, norms and LM head stay as they are).
 
     Raises:
-        ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented).
+        ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented),
+            or ``weights`` is not a known format.
     """
 
-    def __init__(self, model: Qwen3VLForConditionalGeneration, compile: bool = False) -> None:
+    def __init__(
+        self, model: Qwen3VLForConditionalGeneration, compile: bool = False, weights: str = "bf16"
+    ) -> None:
         text = model.model.language_model
         config = model.config.text_config
         if config.attention_bias:
             raise ValueError("attention biases are not implemented in the lean forward")
         if config.rope_parameters.get("rope_type", "default") != "default":
             raise ValueError(f"rope_type {config.rope_parameters['rope_type']!r} is not implemented")
+        if weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights {weights!r} is not one of {WEIGHT_FORMATS}")
+        matrix = quantize_weight if weights == "fp8" else (lambda weight: weight)
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -211,12 +222,14 @@ class LeanDecoder:
         self.layers = [
             LeanLayer(
                 input_norm=layer.input_layernorm.weight,
-                qkv=torch.cat(
-                    [
-                        layer.self_attn.q_proj.weight,
-                        layer.self_attn.k_proj.weight,
-                        layer.self_attn.v_proj.weight,
-                    ]
+                qkv=matrix(
+                    torch.cat(
+                        [
+                            layer.self_attn.q_proj.weight,
+                            layer.self_attn.k_proj.weight,
+                            layer.self_attn.v_proj.weight,
+                        ]
+                    )
                 ),
                 qk_norm=torch.cat(
                     [
@@ -224,14 +237,14 @@ class LeanDecoder:
                         layer.self_attn.k_norm.weight.expand(self.kv_heads, -1),
                     ]
                 ),
-                out=layer.self_attn.o_proj.weight,
+                out=matrix(layer.self_attn.o_proj.weight),
                 post_norm=layer.post_attention_layernorm.weight,
-                gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-                down=layer.mlp.down_proj.weight,
+                gate_up=matrix(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])),
+                down=matrix(layer.mlp.down_proj.weight),
             )
             for layer in text.layers
         ]
-        self.compile = compile
+        self.compile, self.weights = compile, weights
         wrap = compiled if compile else (lambda function: function)
         self._begin, self._between, self._end = wrap(_begin), wrap(_between), wrap(_end)
         wrap_any_length = (lambda f: compiled(f, dynamic=True)) if compile else (lambda function: function)

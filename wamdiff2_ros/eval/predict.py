@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
+from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
@@ -64,13 +65,14 @@ def predict_records(
     """
     model.eval()
     grammars = AnswerGrammars(tokenizer, replace(config, grammar=True), available_ids(model))
+    fast = FastEngine(model) if config.backend != "eager" else None  # built once, kept for every record
     predictions = []
     for record in records:
         example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
         grammar = grammars.for_task(record.task, record.user_text) if config.grammar else None
         started = time.perf_counter()
         result = decode(
-            model, tokenizer, example.prompt, replace(config, grammar=grammar is not None), grammar
+            model, tokenizer, example.prompt, replace(config, grammar=grammar is not None), grammar, fast
         )
         seconds = time.perf_counter() - started
         tokens = len(result.token_ids) + int(result.candidates[0].stopped)

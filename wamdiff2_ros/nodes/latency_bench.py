@@ -105,6 +105,7 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
         stamp = stamp_ns(msg.header)
         received.setdefault(stamp, time.time_ns())
         in_node_ms.setdefault(stamp, msg.decoder.latency_ms)
+
     stages: dict[str, float] = {}
     gpu_memory_mb: list[float] = []  # the planner's allocated GPU memory, from each report
 

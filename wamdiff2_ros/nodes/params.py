@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wamdiff2_ros.decoding import commit_rules
-from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, DecodeConfig
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, WEIGHT_FORMATS, DecodeConfig
 
 if TYPE_CHECKING:
     from rcl_interfaces.msg import ParameterDescriptor
@@ -111,6 +111,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "decoder.compile",
         _DECODE.compile,
         "torch.compile the fast backends' lean forward (the first plan of each shape waits for the compile).",
+    ),
+    Param(
+        "decoder.weights",
+        _DECODE.weights,
+        "Text-layer weights of the fast backends: bf16 (the model's own) or fp8 (opt-in: W8A8 with row-wise "
+        "scales, quantised at load; half the weight bytes on Hopper-class GPUs; docs/DECISIONS.md says what "
+        "its accuracy is known to be).",
+        choices=WEIGHT_FORMATS,
     ),
     Param(
         "decoder.threshold", _DECODE.threshold, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0

@@ -193,6 +193,7 @@ class PlannerNode(Node):
             backend=resolve_backend(p["decoder.backend"], p["model.device"]),
             cuda_graphs=p["decoder.cuda_graphs"],
             compile=p["decoder.compile"],
+            weights=p["decoder.weights"],
         )
 
     def _load_model(self) -> None:

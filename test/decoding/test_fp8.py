@@ -1,0 +1,76 @@
+"""FP8 weights (decoding/fp8.py) on the CPU: quantisation, the scaled-mm product against its dequantised
+twin, and the lean forward and fast decode with ``weights="fp8"`` (``test_fast_gpu.py`` has the H200's)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wamdiff2_ros.decoding import fp8
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.tokenizer import MASK_ID
+
+
+def test_a_quantised_weight_is_within_e4m3_rounding_of_the_original() -> None:
+    weight = torch.randn(48, 64, generator=torch.Generator().manual_seed(0))
+    weight[3] = 0.0  # an all-zero row stays zero
+    quantised = fp8.quantize_weight(weight)
+    assert quantised.data.dtype == fp8.FP8 and quantised.scale.shape == (1, 48)
+    restored = quantised.data.float() * quantised.scale.reshape(-1, 1)
+    # e4m3 keeps 3 mantissa bits: relative error <= 2^-4 for each value in the normal range of its row.
+    assert ((restored - weight).abs() <= weight.abs() / 16 + quantised.scale.reshape(-1, 1) / 2**6).all()
+    assert (restored[3] == 0).all()
+    assert restored.abs().amax(dim=1).allclose(weight.abs().amax(dim=1))  # each row's maximum is exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_scaled_mm_product_is_its_dequantised_twin(dtype) -> None:
+    generator = torch.Generator().manual_seed(1)
+    weight = fp8.quantize_weight(torch.randn(96, 64, generator=generator).to(dtype))
+    x = torch.randn(2, 5, 64, generator=generator).to(dtype)
+    fast, twin = fp8.fp8_linear(x, weight), fp8.dequantized_linear(x, weight)
+    assert fast.shape == (2, 5, 96) and fast.dtype == dtype
+    assert (fast.float() - twin.float()).abs().max() <= 1e-5 * twin.float().abs().max()
+    assert fp8.linear(x, weight).equal(fast)
+    plain = torch.randn(96, 64, generator=generator).to(dtype)
+    assert fp8.linear(x, plain).equal(torch.nn.functional.linear(x, plain))
+
+
+def _block_logits(model, prompt, decoder: LeanDecoder) -> torch.Tensor:
+    cache = StaticBlockCache(model, 8, 1, prompt.length, 16, decoder=decoder)
+    cache.prefill(prompt)
+    committed = torch.arange(198, 206)[None]
+    block = torch.full((1, 8), MASK_ID)
+    block[0, 0] = 198
+    return head_logits(model, cache.write_and_denoise(committed, block))
+
+
+def test_the_fp8_lean_forward_is_its_dequantised_twin_and_near_the_full_precision_one(
+    tiny_model, planning_prompt, monkeypatch
+) -> None:
+    full = _block_logits(tiny_model, planning_prompt, LeanDecoder(tiny_model))
+    quantised = LeanDecoder(tiny_model, weights="fp8")
+    assert isinstance(quantised.layers[0].gate_up, fp8.Fp8Weight) and quantised.weights == "fp8"
+    fast = _block_logits(tiny_model, planning_prompt, quantised)
+    monkeypatch.setattr(fp8, "fp8_linear", fp8.dequantized_linear)
+    twin = _block_logits(tiny_model, planning_prompt, quantised)
+    assert (fast - twin).abs().max() <= 1e-4 * twin.abs().max()
+    relative = (fast - full).norm() / full.norm()
+    assert 0 < relative < 0.1, f"fp8 logits {relative:.3g} from full precision"
+
+
+def test_fp8_weights_decode_on_the_fast_path_only(tiny_model, tokenizer, planning_prompt) -> None:
+    with pytest.raises(InputError, match="fast backend"):
+        DecodeConfig(weights="fp8")
+    with pytest.raises(InputError, match="weights"):
+        DecodeConfig(backend="sdpa", weights="int4")
+    config = DecodeConfig(
+        block_size=8, steps=4, max_new_tokens=96, backend="sdpa", weights="fp8", grammar=True
+    )
+    first, again = (decode(tiny_model, tokenizer, planning_prompt, config) for _ in range(2))
+    assert first.token_ids == again.token_ids and first.candidates[0].text

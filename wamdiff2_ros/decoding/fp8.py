@@ -1,0 +1,60 @@
+"""FP8 weights for the lean forward (``decoder.weights: fp8``): W8A8, e4m3, row-wise scales.
+
+A weight matrix (N, K) is stored as e4m3 with one fp32 scale per output row (its absolute maximum over 448,
+e4m3's largest finite value), computed once at load from the bf16 checkpoint. At each product the
+activations (M, K) are quantised the same way per row (per token), and ``torch._scaled_mm`` multiplies the
+two FP8 operands with both scale vectors applied to its fp32 accumulator, out in the activations' dtype: on
+Hopper this reads half the weight bytes of a bf16 GEMM. ``dequantized_linear`` is the exact slow twin: the
+same quantised operands, dequantised to fp32 and multiplied by F.linear.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+
+
+class Fp8Weight(NamedTuple):
+    """A weight matrix in FP8 (a tuple: torch.compile and CUDA graphs take it like any pair of tensors)."""
+
+    data: torch.Tensor  # (N, K) float8_e4m3fn
+    scale: torch.Tensor  # (1, N) float32: row n of the weight is data[n] * scale[0, n]
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (M, K) as e4m3 with one fp32 scale per row: (M, K) FP8, (M, 1) scales. An all-zero row gets
+    a tiny scale (its values stay zero)."""
+    scale = (x.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp_min(1e-12)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def quantize_weight(weight: torch.Tensor) -> Fp8Weight:
+    """A bf16 (or fp32) weight (N, K) in FP8 with per-output-row scales."""
+    data, scale = quantize_rows(weight.detach())
+    return Fp8Weight(data, scale.reshape(1, -1))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight) -> torch.Tensor:
+    """``x @ weight.T`` for a plain weight (F.linear) or an FP8 one (``fp8_linear``)."""
+    if isinstance(weight, Fp8Weight):
+        return fp8_linear(x, weight)
+    return F.linear(x, weight)
+
+
+def fp8_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
+    """``x`` (..., K) times an FP8 weight (N, K) -> (..., N) in x's dtype, through ``torch._scaled_mm``."""
+    rows, scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    out = torch._scaled_mm(rows, weight.data.t(), scale_a=scale, scale_b=weight.scale, out_dtype=x.dtype)
+    return out.view(*x.shape[:-1], -1)
+
+
+def dequantized_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
+    """``fp8_linear``'s twin: the same FP8 operands dequantised to fp32, multiplied by F.linear."""
+    rows, scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    out = F.linear(rows.float() * scale, weight.data.float() * weight.scale.reshape(-1, 1))
+    return out.to(x.dtype).view(*x.shape[:-1], -1)
