@@ -322,7 +322,9 @@ def test_compiled_graphed_fp8_forward_matches_uncompiled_fp8_and_stays_near_bf16
         cache.prefill(planning_prompt)
         cache.write(blocks[0])
         logits[name] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
-    assert _relative_error(logits["fp8 compiled"], logits["fp8"]) < 2e-2
+    # Compiled, the activations are quantised from fp32 where the eager code rounds them to bf16 first:
+    # some take the next e4m3 value (1/16 apart), so the two FP8 paths differ by a few percent.
+    assert _relative_error(logits["fp8 compiled"], logits["fp8"]) < 5e-2
     error = _relative_error(logits["fp8"], logits["bf16"])
     assert 0 < error < 0.1, f"fp8 logits {error:.3g} from bf16"
 

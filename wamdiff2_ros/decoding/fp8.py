@@ -2,10 +2,13 @@
 
 A weight matrix (N, K) is stored as e4m3 with one fp32 scale per output row (its absolute maximum over 448,
 e4m3's largest finite value), computed once at load from the bf16 checkpoint. At each product the
-activations (M, K) are quantised the same way per row (per token), and ``torch._scaled_mm`` multiplies the
-two FP8 operands with both scale vectors applied to its fp32 accumulator, out in the activations' dtype: on
-Hopper this reads half the weight bytes of a bf16 GEMM. ``dequantized_linear`` is the exact slow twin: the
-same quantised operands, dequantised to fp32 and multiplied by F.linear.
+activations (M, K) are quantised the same way per row (per token); ``torch._scaled_mm`` multiplies the two
+FP8 operands into fp32 and the two scale vectors are applied after it (an elementwise multiply that
+Inductor fuses into the next op). The scales are not handed to ``_scaled_mm`` itself: on the H200 its
+row-wise-scaled kernel is slower than bf16 at the decoder's M = 32..256 (8.2 vs 5.1 us for q/k/v at M = 32),
+while the unscaled one reads half the weight bytes as intended (docs/BENCHMARKS.md, "FP8 weights").
+``dequantized_linear`` is the exact slow twin: the same quantised operands, dequantised to fp32 and
+multiplied by F.linear.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Fp8Weight(NamedTuple):
 
     data: torch.Tensor  # (N, K) float8_e4m3fn
     scale: torch.Tensor  # (1, N) float32: row n of the weight is data[n] * scale[0, n]
+    one: torch.Tensor  # () float32 1.0: _scaled_mm's own scales (kept here: no allocation per product)
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,7 +40,7 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def quantize_weight(weight: torch.Tensor) -> Fp8Weight:
     """A bf16 (or fp32) weight (N, K) in FP8 with per-output-row scales."""
     data, scale = quantize_rows(weight.detach())
-    return Fp8Weight(data, scale.reshape(1, -1))
+    return Fp8Weight(data, scale.reshape(1, -1), torch.ones((), device=weight.device))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight) -> torch.Tensor:
