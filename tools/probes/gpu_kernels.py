@@ -4,9 +4,9 @@ gemm: the 2b text decoder's matrix products at M = 32..256 rows (cuBLAS via F.li
 Inductor max-autotune at M = 32). fp8: the same at M = 32..256 and 2,106 (the 1080p prompt) through
 ``decoding.fp8``: row-wise-scaled _scaled_mm alone, unscaled with fp32 out alone, and ``fp8_linear`` whole
 (activation quantisation included), eager and compiled. attention: one block's 32 queries (16 query / 8 KV
-heads of 128) over
-~2.1k cached keys, 28 layers in one CUDA graph, through FlashInfer's kernel families (fa2, fa3, auto) and
-page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; and through plain torch ops.
+heads of 128) over ~2.1k cached keys, 28 layers in one CUDA graph, through FlashInfer's kernel families
+(fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; and
+through plain torch ops.
 Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
