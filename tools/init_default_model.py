@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wamdiff2_ros.model.backbone import build_model, count_parameters
+from wamdiff2_ros.model.backbone import count_parameters
 from wamdiff2_ros.model.checkpoint import save_checkpoint
-from wamdiff2_ros.model.presets import preset_config
 from wamdiff2_ros.model.tokenizer import load_tokenizer
-from wamdiff2_ros.model.vocab import ids_for, install
+from wamdiff2_ros.model.vocab import ids_for
 from wamdiff2_ros.training.data import vocabulary_texts
-
-HEAD_DIM = 16  # the tiny preset's
+from wamdiff2_ros.training.initial import initial_model
 
 
 def main() -> None:
@@ -37,17 +35,10 @@ def main() -> None:
     )
     parser.add_argument("--vocab-from", type=Path, nargs="+", help="scene folders whose ids the model keeps")
     args = parser.parse_args()
-    config = preset_config("tiny")
-    text = config.text_config
-    text.num_hidden_layers, text.intermediate_size = args.layers, args.intermediate
-    text.hidden_size, config.vision_config.out_hidden_size = args.hidden, args.hidden
-    text.num_attention_heads = args.hidden // HEAD_DIM
-    text.num_key_value_heads = text.num_attention_heads // 2
     kept = ids_for(load_tokenizer(), vocabulary_texts(args.vocab_from)) if args.vocab_from else None
-    text.vocab_size = len(kept) if kept else text.vocab_size
-    model = build_model(config, seed=args.seed)
-    if kept:
-        install(model, kept)
+    model = initial_model(
+        seed=args.seed, layers=args.layers, intermediate=args.intermediate, hidden=args.hidden, kept_ids=kept
+    )
     save_checkpoint(model, args.out)
     vocab = f"{len(kept)} kept ids" if kept else "full vocabulary"
     shape = f"{args.layers} layers, hidden {args.hidden}, MLP {args.intermediate}, {vocab}"

@@ -10,12 +10,12 @@ Usage: ``python tools/reduce_vocabulary.py CHECKPOINT OUT --vocab-from DATA_DIR 
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
-from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
-from wamdiff2_ros.model.vocab import ids_for, reduce_vocabulary
+from wamdiff2_ros.model.tokenizer import load_tokenizer
+from wamdiff2_ros.model.vocab import ids_for
 from wamdiff2_ros.training.data import vocabulary_texts
+from wamdiff2_ros.training.recipe import reduce_checkpoint
 
 
 def main() -> None:
@@ -24,14 +24,10 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--vocab-from", type=Path, nargs="+", required=True, help="scene folders")
     args = parser.parse_args()
-    loaded = load_checkpoint(args.checkpoint)
-    kept = ids_for(loaded.tokenizer, vocabulary_texts(args.vocab_from))
-    small = reduce_vocabulary(loaded.model, kept)
-    if args.out.resolve() != args.checkpoint.resolve():
-        shutil.copytree(args.checkpoint, args.out, dirs_exist_ok=True)
-    save_checkpoint(small, args.out, pixels=read_pixel_budget(args.checkpoint))
+    kept = ids_for(load_tokenizer(), vocabulary_texts(args.vocab_from))
+    reduce_checkpoint(args.checkpoint, args.out, kept)
     size = (args.out / "model.safetensors").stat().st_size / 1e6
-    print(f"{args.out}: {len(kept)} of {loaded.model.config.text_config.vocab_size} ids kept, {size:.1f} MB")
+    print(f"{args.out}: {len(kept)} ids kept, {size:.1f} MB")
 
 
 if __name__ == "__main__":

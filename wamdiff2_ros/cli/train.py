@@ -1,4 +1,5 @@
-"""``wamdiff2 train sft|adapt|distill --config FILE [key=value ...]``: run one training stage.
+"""``wamdiff2 train sft|adapt|distill --config FILE [key=value ...]``: run one training stage;
+``wamdiff2 train recipe RECIPE [--until STEP] [--resume RUN]``: every stage of a model, from a recipe.
 
 Parses, loads the YAML config with its overrides, calls ``training.loop.train`` and prints the summary as
 JSON. Under ``torchrun`` every rank runs this same command.
@@ -37,6 +38,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "unknown keys are errors",
         )
         sub.set_defaults(func=run)
+    recipe = stages.add_parser(
+        "recipe",
+        help="make a model from a recipe: data, teacher, block adaptation, distillation, evaluation",
+        description="Run the steps of a recipe (config/recipes/*.yaml; wamdiff2_ros/training/recipe.py says "
+        "what each step does) in order. Finished steps are recorded in the run folder and skipped when the "
+        "recipe runs again; a training step cut short continues from its newest checkpoint.",
+    )
+    recipe.add_argument("recipe", help="the recipe YAML file")
+    recipe.add_argument("--until", help="stop after this step")
+    recipe.add_argument("--resume", help="run folder to continue (default: the recipe's run_dir)")
+    recipe.add_argument("--device", help="override the recipe's device (e.g. cpu, cuda)")
+    recipe.set_defaults(func=run_recipe)
+
+
+def run_recipe(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from wamdiff2_ros.training import recipe
+
+    loaded = recipe.load_recipe(args.recipe)
+    run_dir = Path(args.resume) if args.resume else None
+    outputs = recipe.run_recipe(loaded, run_dir, until=args.until, device=args.device)
+    print(json.dumps(outputs, indent=2))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,97 @@
+"""``wamdiff2 train recipe`` on a CPU-sized recipe: every step kind runs, a second run skips finished steps,
+``--until`` stops early, and a recipe that refers forward is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.training.recipe import load_recipe, run_recipe
+
+SHORT = {"max_steps": 2, "global_batch_size": 2, "local_batch_size": 2, "eval_samples": 0, "progress": False}
+
+
+def _recipe(tmp_path: Path) -> Path:
+    recipe = {
+        "run_dir": str(tmp_path / "run"),
+        "device": "cpu",
+        "training": {"num_workers": 0, "max_new_tokens": 96},
+        "steps": [
+            {"name": "scenes", "kind": "generate", "samples": 4, "seed": 5, "width": 128, "workers": 1},
+            {"name": "init", "kind": "init", "layers": 1, "intermediate": 64, "hidden": 64},
+            {
+                "name": "teacher",
+                "kind": "train",
+                "stage": "sft",
+                "config": "config/train_sft_tiny.yaml",
+                "model": "init",
+                "data": "scenes",
+                "set": SHORT,
+            },
+            {
+                "name": "b8",
+                "kind": "train",
+                "stage": "adapt",
+                "config": "config/train_adapt_tiny.yaml",
+                "model": "teacher",
+                "data": "scenes",
+                "set": {**SHORT, "block_sizes": [8]},
+            },
+            {
+                "name": "student",
+                "kind": "train",
+                "stage": "distill",
+                "config": "config/train_distill_tiny.yaml",
+                "model": "b8",
+                "teacher": "teacher",
+                "data": "scenes",
+                "set": {**SHORT, "max_steps": 1, "block_sizes": [8], "teacher_block_size": 1},
+            },
+            {"name": "small", "kind": "reduce_vocabulary", "model": "student", "vocab_from": ["scenes"]},
+            {"name": "metrics", "kind": "evaluate", "model": "small", "data": "scenes", "samples": 1,
+             "block_size": 8, "steps": 4},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
+    recipe = load_recipe(_recipe(tmp_path))
+    lines: list[str] = []
+    outputs = run_recipe(recipe, log=lines.append)
+    assert list(outputs) == recipe.names and all("finished" in line for line in lines[1::2])
+    assert Path(outputs["student"]).name == "final" and Path(outputs["student"]).parent.name == "B8"
+    report = json.loads(Path(outputs["metrics"]).read_text())
+    assert report["planners"]["model"]["samples"] == 1 and "detection" in report
+    assert (tmp_path / "run" / "recipe.yaml").exists() and "finished" in (tmp_path / "run/recipe.log").read_text()
+    again: list[str] = []
+    assert run_recipe(recipe, log=again.append) == outputs
+    assert len(again) == len(recipe.names) and all("done earlier" in line for line in again)
+
+
+def test_until_stops_after_the_named_step(tmp_path) -> None:
+    recipe = load_recipe(_recipe(tmp_path))
+    outputs = run_recipe(recipe, tmp_path / "other", until="init", log=lambda line: None)
+    assert list(outputs) == ["scenes", "init"]
+    with pytest.raises(InputError, match="not a step"):
+        run_recipe(recipe, until="nothing", log=lambda line: None)
+
+
+def test_a_reference_to_a_later_step_is_refused(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    steps = [
+        {"name": "init", "kind": "init", "vocab_from": ["scenes"]},
+        {"name": "scenes", "kind": "generate", "samples": 1},
+    ]
+    path.write_text(yaml.safe_dump({"run_dir": "x", "steps": steps}))
+    with pytest.raises(InputError, match="not an earlier step"):
+        load_recipe(path)
+    path.write_text(yaml.safe_dump({"run_dir": "x", "steps": [{"name": "a", "kind": "bake"}]}))
+    with pytest.raises(InputError, match="kind"):
+        load_recipe(path)

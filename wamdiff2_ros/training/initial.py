@@ -1,0 +1,39 @@
+"""Random-weight starting points of small trained models: the ``tiny`` preset, deeper and wider.
+
+Same heads and vision tower as ``tiny`` (heads of 16, half as many key-value heads); ``layers`` text layers
+and an MLP of ``intermediate``; ``hidden`` sets the text width and the vision tower's output to match. With
+``kept_ids`` (``model/vocab.py ids_for``: the ids a set of scenes uses) the embedding keeps only those rows,
+which frees the bytes for width: with the full 151,936-id vocabulary the embedding dominates the size.
+"""
+
+from __future__ import annotations
+
+from transformers import Qwen3VLForConditionalGeneration
+
+from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.presets import preset_config
+from wamdiff2_ros.model.vocab import install
+
+HEAD_DIM = 16  # the tiny preset's
+
+
+def initial_model(
+    *,
+    seed: int = 0,
+    layers: int = 6,
+    intermediate: int = 512,
+    hidden: int = 64,
+    kept_ids: list[int] | None = None,
+) -> Qwen3VLForConditionalGeneration:
+    """A random-weight model of that shape (``hidden``: a multiple of 32), its vocabulary ``kept_ids``."""
+    config = preset_config("tiny")
+    text = config.text_config
+    text.num_hidden_layers, text.intermediate_size = layers, intermediate
+    text.hidden_size, config.vision_config.out_hidden_size = hidden, hidden
+    text.num_attention_heads = hidden // HEAD_DIM
+    text.num_key_value_heads = text.num_attention_heads // 2
+    text.vocab_size = len(kept_ids) if kept_ids else text.vocab_size
+    model = build_model(config, seed=seed)
+    if kept_ids:
+        install(model, kept_ids)
+    return model

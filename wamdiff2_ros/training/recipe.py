@@ -1,0 +1,266 @@
+"""``wamdiff2 train recipe RECIPE``: a model made from one YAML file, step by step, resumable.
+
+A recipe (``config/recipes/*.yaml``) names a run folder, the device, the training keys every training step
+shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``:
+
+- ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``) -> a data folder.
+- ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
+  ``hidden``; ``vocab_from``: data steps whose ids the vocabulary keeps) -> a checkpoint.
+- ``train``: one training stage (``stage``: sft, adapt or distill; ``config``: its YAML; ``model`` and for
+  distillation ``teacher``: earlier steps; ``data``: a data step; ``set``: keys over the config) -> the
+  stage's last phase's final checkpoint.
+- ``reduce_vocabulary``: ``model`` shrunk to the ids of the ``vocab_from`` data steps -> a checkpoint.
+- ``evaluate``: ``model`` decoded on a data step (``block_size``, ``steps``, ``samples``; planning and
+  detection, grammar on) and scored open loop against the baselines -> ``metrics.json``.
+
+A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
+steps can only refer back. Every finished step's output is recorded in the run folder's
+``recipe_state.json``; running the recipe again skips finished steps, and a training step cut short (a GPU
+job's time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs. The
+log (``recipe.log`` in the run folder) says when each step started and ended.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wamdiff2_ros.errors import InputError
+
+KINDS = ("generate", "init", "train", "reduce_vocabulary", "evaluate")
+REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
+STATE = "recipe_state.json"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A parsed recipe file (see the module docstring for its keys)."""
+
+    path: Path
+    run_dir: Path
+    device: str
+    training: dict[str, Any]
+    steps: list[dict[str, Any]]
+
+    @property
+    def names(self) -> list[str]:
+        return [step["name"] for step in self.steps]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and check a recipe: known kinds, unique names, every reference to an earlier step.
+
+    Raises:
+        InputError: a missing key, an unknown kind, a repeated name or a reference that is not to an
+            earlier step.
+    """
+    path = Path(path)
+    raw = yaml.safe_load(path.read_text())
+    for key in ("run_dir", "steps"):
+        if key not in raw:
+            raise InputError(f"{path}: the recipe has no {key!r}")
+    seen: list[str] = []
+    for step in raw["steps"]:
+        name, kind = step.get("name"), step.get("kind")
+        if not name or name in seen:
+            raise InputError(f"{path}: every step needs a unique name, got {name!r}")
+        if kind not in KINDS:
+            raise InputError(f"{path}: step {name!r} has kind {kind!r}, not one of {KINDS}")
+        referenced = [step[key] for key in REFERENCES if key in step] + list(step.get("vocab_from", []))
+        for other in referenced:
+            if other not in seen:
+                raise InputError(f"{path}: step {name!r} refers to {other!r}, which is not an earlier step")
+        seen.append(name)
+    return Recipe(path, Path(raw["run_dir"]), raw.get("device", "cpu"), raw.get("training", {}), raw["steps"])
+
+
+def run_recipe(
+    recipe: Recipe,
+    run_dir: Path | None = None,
+    until: str | None = None,
+    device: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """Run the recipe's unfinished steps in order, up to and including ``until``.
+
+    Args:
+        recipe: the recipe.
+        run_dir: the run folder (default: the recipe's); an existing one is resumed.
+        until: the last step to run (None: all).
+        device: overrides the recipe's device.
+        log: where progress lines go (they are also appended to the run folder's ``recipe.log``).
+
+    Returns:
+        Every finished step's output path, by step name.
+
+    Raises:
+        InputError: ``until`` names no step.
+    """
+    if until is not None and until not in recipe.names:
+        raise InputError(f"--until {until!r} is not a step of {recipe.path}: {recipe.names}")
+    run = Path(run_dir or recipe.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(recipe.path, run / "recipe.yaml")  # what the run was made from, beside it
+    state_path = run / STATE
+    outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
+    context = _Context(run, device or recipe.device, recipe.training, outputs)
+
+    def note(line: str) -> None:
+        log(line)
+        with (run / "recipe.log").open("a") as file:
+            file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+    for index, step in enumerate(recipe.steps, 1):
+        name = step["name"]
+        prefix = f"[{index}/{len(recipe.steps)}] {name} ({step['kind']})"
+        if name in outputs:
+            note(f"{prefix}: done earlier -> {outputs[name]}")
+        else:
+            note(f"{prefix}: started")
+            started = time.monotonic()
+            outputs[name] = str(STEPS[step["kind"]](step, context))
+            state_path.write_text(json.dumps(outputs, indent=1) + "\n")
+            note(f"{prefix}: finished in {time.monotonic() - started:.0f} s -> {outputs[name]}")
+        if name == until:
+            break
+    return outputs
+
+
+@dataclass(frozen=True)
+class _Context:
+    run: Path
+    device: str
+    training: dict[str, Any]
+    outputs: dict[str, str]
+
+    def output(self, name: str) -> Path:
+        return Path(self.outputs[name])
+
+    def folder(self, step: dict[str, Any]) -> Path:
+        return self.run / step["name"]
+
+
+def _generate(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.sim.dataset import GenerateConfig, generate
+
+    out = context.folder(step)
+    config = GenerateConfig(
+        out_dir=out,
+        samples=step["samples"],
+        seed=step.get("seed", 0),
+        camera=Camera().scaled_to_width(step.get("width", 192)),
+        min_int_digits=step.get("min_int_digits", 1),
+        workers=step.get("workers", 0),
+    )
+    generate(config, progress=False)
+    return out
+
+
+def _kept_ids(step: dict[str, Any], context: _Context) -> list[int] | None:
+    from wamdiff2_ros.model.tokenizer import load_tokenizer
+    from wamdiff2_ros.model.vocab import ids_for
+    from wamdiff2_ros.training.data import vocabulary_texts
+
+    folders = [context.output(name) for name in step.get("vocab_from", [])]
+    return ids_for(load_tokenizer(), vocabulary_texts(folders)) if folders else None
+
+
+def _init(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.model.checkpoint import save_checkpoint
+    from wamdiff2_ros.training.initial import initial_model
+
+    shape = {key: step[key] for key in ("seed", "layers", "intermediate", "hidden") if key in step}
+    out = context.folder(step)
+    save_checkpoint(initial_model(**shape, kept_ids=_kept_ids(step, context)), out)
+    return out
+
+
+def _train(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.training.config import load_config
+    from wamdiff2_ros.training.loop import train
+
+    data = context.output(step["data"])
+    keys = {
+        **context.training,
+        "device": context.device,
+        "model": str(context.output(step["model"])),
+        "out_dir": str(context.folder(step)),
+        "data": {task: str(data / f"{task}.json") for task in ("planning", "detection", "qa")},
+        "eval_data": {},
+        **({"teacher": str(context.output(step["teacher"]))} if "teacher" in step else {}),
+        **step.get("set", {}),
+    }
+    overrides = [f"{key}={json.dumps(value)}" for key, value in keys.items()]  # JSON is YAML
+    config = load_config(step["config"], overrides)
+    if config.stage != step["stage"]:
+        raise InputError(f"step {step['name']!r}: {step['config']} configures {config.stage!r}")
+    return Path(train(config)["phases"][-1]["checkpoint"])
+
+
+def reduce_checkpoint(source: Path, out: Path, kept_ids: list[int]) -> None:
+    """A copy of checkpoint ``source`` in ``out`` whose vocabulary keeps only ``kept_ids`` (their logits
+    unchanged; ``model/vocab.py``); its other files (tokenizer, lineage, pixel budget) are copied as is."""
+    from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
+    from wamdiff2_ros.model.vocab import reduce_vocabulary
+
+    small = reduce_vocabulary(load_checkpoint(source).model, kept_ids)
+    if out.resolve() != source.resolve():
+        shutil.copytree(source, out, dirs_exist_ok=True)
+    save_checkpoint(small, out, pixels=read_pixel_budget(source))
+
+
+def _reduce_vocabulary(step: dict[str, Any], context: _Context) -> Path:
+    out = context.folder(step)
+    reduce_checkpoint(context.output(step["model"]), out, _kept_ids(step, context))
+    return out
+
+
+def _evaluate(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections
+    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, predict_records
+    from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
+    from wamdiff2_ros.model.image import MIN_PIXELS
+    from wamdiff2_ros.model.prompt import min_int_digits_of
+    from wamdiff2_ros.training.data import load_records
+
+    checkpoint, data, out = context.output(step["model"]), context.output(step["data"]), context.folder(step)
+    out.mkdir(parents=True, exist_ok=True)
+    loaded = load_checkpoint(checkpoint)
+    min_pixels, max_pixels = read_pixel_budget(checkpoint) or (MIN_PIXELS, loaded.max_pixels)
+    answers = {}
+    for task in ("planning", "detection"):
+        records = load_records(data / f"{task}.json", task)[: step.get("samples") or None]
+        config = DecodeConfig(
+            block_size=step.get("block_size", 32),
+            steps=step.get("steps", 8),
+            max_new_tokens=MAX_NEW_TOKENS[task],
+            grammar=True,
+            min_int_digits=min_int_digits_of(loaded.model.config),
+        )
+        predictions = predict_records(
+            loaded.model, loaded.tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
+        )
+        answers[task] = out / f"{task}.json"
+        answers[task].write_text(json.dumps(answers_file(task, data, predictions), indent=1) + "\n")
+    report = evaluate_open_loop(data, {"model": load_predictions(answers["planning"])})
+    report["detection"] = score_detections(data, answers["detection"])
+    (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
+    return out / "metrics.json"
+
+
+STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
+    "generate": _generate,
+    "init": _init,
+    "train": _train,
+    "reduce_vocabulary": _reduce_vocabulary,
+    "evaluate": _evaluate,
+}
