@@ -52,7 +52,8 @@ def _recipe(tmp_path: Path) -> Path:
                 "set": {**SHORT, "max_steps": 1, "block_sizes": [8], "teacher_block_size": 1},
             },
             {"name": "small", "kind": "reduce_vocabulary", "model": "student", "vocab_from": ["scenes"]},
-            {"name": "metrics", "kind": "evaluate", "model": "small", "data": "scenes", "samples": 1,
+            {"name": "packed", "kind": "pack", "model": "small"},
+            {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
         ],
     }  # fmt: skip
@@ -95,3 +96,14 @@ def test_a_reference_to_a_later_step_is_refused(tmp_path) -> None:
     path.write_text(yaml.safe_dump({"run_dir": "x", "steps": [{"name": "a", "kind": "bake"}]}))
     with pytest.raises(InputError, match="kind"):
         load_recipe(path)
+
+
+def test_the_default_model_recipe_loads_and_its_training_steps_are_valid_configs(tmp_path) -> None:
+    from wamdiff2_ros.training.config import load_config
+
+    recipe = load_recipe("config/recipes/default_model.yaml")
+    assert recipe.names[-1] == "selection" and recipe.device == "cuda"
+    for step in (s for s in recipe.steps if s["kind"] == "train"):
+        keys = {**recipe.training, **step["set"], "model": "m", "out_dir": str(tmp_path)}
+        config = load_config(step["config"], [f"{key}={json.dumps(value)}" for key, value in keys.items()])
+        assert config.stage == step["stage"]

@@ -10,14 +10,16 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   distillation ``teacher``: earlier steps; ``data``: a data step; ``set``: keys over the config) -> the
   stage's last phase's final checkpoint.
 - ``reduce_vocabulary``: ``model`` shrunk to the ids of the ``vocab_from`` data steps -> a checkpoint.
+- ``pack``: ``model`` as a bf16 checkpoint (what is bundled: half the bytes) -> a checkpoint.
 - ``evaluate``: ``model`` decoded on a data step (``block_size``, ``steps``, ``samples``; planning and
   detection, grammar on) and scored open loop against the baselines -> ``metrics.json``.
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
 ``recipe_state.json``; running the recipe again skips finished steps, and a training step cut short (a GPU
-job's time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs. The
-log (``recipe.log`` in the run folder) says when each step started and ended.
+job's time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs (its
+``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase from its start in this
+process). The log (``recipe.log`` in the run folder) says when each step started and ended.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import yaml
 
 from wamdiff2_ros.errors import InputError
 
-KINDS = ("generate", "init", "train", "reduce_vocabulary", "evaluate")
+KINDS = ("generate", "init", "train", "reduce_vocabulary", "pack", "evaluate")
 REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
 
@@ -223,6 +225,15 @@ def _reduce_vocabulary(step: dict[str, Any], context: _Context) -> Path:
     return out
 
 
+def _pack(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
+
+    source, out = context.output(step["model"]), context.folder(step)
+    loaded = load_checkpoint(source, dtype="bf16")
+    save_checkpoint(loaded.model, out, pixels=read_pixel_budget(source))
+    return out
+
+
 def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections
@@ -262,5 +273,6 @@ STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "init": _init,
     "train": _train,
     "reduce_vocabulary": _reduce_vocabulary,
+    "pack": _pack,
     "evaluate": _evaluate,
 }
