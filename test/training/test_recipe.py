@@ -70,7 +70,8 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert Path(outputs["student"]).name == "final" and Path(outputs["student"]).parent.name == "B8"
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report
-    assert (tmp_path / "run" / "recipe.yaml").exists() and "finished" in (tmp_path / "run/recipe.log").read_text()
+    run = tmp_path / "run"
+    assert (run / "recipe.yaml").exists() and "finished" in (run / "recipe.log").read_text()
     again: list[str] = []
     assert run_recipe(recipe, log=again.append) == outputs
     assert len(again) == len(recipe.names) and all("done earlier" in line for line in again)
