@@ -123,6 +123,7 @@ def test_closed_loop_cli_reports_driving_scores(tmp_path):
     assert main(args) == 0
     policies = json.loads((tmp_path / "report.json").read_text())["policies"]
     assert policies["expert"]["summary"]["driving_score"] == 1.0
+    assert policies["expert"]["summary"]["failure_modes"] == {"completed": 1}
     row = policies["constant-velocity"]["episodes"][0]
     assert row["driving_score"] <= row["route_completion"]
 
@@ -154,3 +155,32 @@ def test_qa_exact_match_of_reference_and_of_a_constant_answer(dataset, tmp_path)
         for r in (rec["conversations"][1] for rec in json.loads((dataset / "qa.json").read_text()))
     )
     assert result["exact_match"] == pytest.approx(expected / len(records)) and result["missing"] == 0
+
+
+@pytest.mark.parametrize(
+    ("end", "heading", "standstill", "mode"),
+    [
+        ("collision", 10.0, 0.0, "collision_same_direction"),
+        ("collision", 90.0, 0.0, "collision_crossing"),
+        ("collision", 175.0, 0.0, "collision_oncoming"),
+        ("timeout", None, 2.0, "timeout"),
+        ("timeout", None, 6.0, "stall"),
+        ("route_deviation", None, 0.0, "route_deviation"),
+    ],
+)
+def test_failure_modes_tell_collisions_apart_by_heading_and_stalls_by_standing_still(
+    end, heading, standstill, mode
+):
+    from wamdiff2_ros.eval.closed_loop import failure_mode, summarise
+    from wamdiff2_ros.sim.closed_loop import EpisodeResult
+
+    result = EpisodeResult(
+        0, "highway", 0.5, int(end == "collision"), 0, end, 10.0, np.zeros((2, 2)), heading, standstill
+    )
+    assert failure_mode(result) == mode
+    row = {"kind": "highway", "driving_score": 0.5, "route_completion": 0.5, "collisions": 0,
+           "off_road_events": 0, "end_reason": end, "failure_mode": mode}  # fmt: skip
+    summary = summarise([row, row])
+    assert summary["failure_modes"] == {mode: 2} and summary["failure_modes_by_kind"] == {
+        "highway": {mode: 2}
+    }

@@ -79,3 +79,18 @@ class _BrokenPolicy:
 def test_a_policy_gets_the_image_and_a_malformed_plan_is_refused():
     with pytest.raises(InputError, match=r"finite \(8, 2\) array"):
         run_episode(QUIET_HIGHWAY_SEED, lambda scene: _BrokenPolicy(), CONFIG, "highway")
+
+
+class _StandStill:
+    needs_image = False
+
+    def __call__(self, observation):
+        return np.zeros((8, 2))  # every waypoint where the ego is: brake and stay
+
+
+def test_a_policy_that_stops_stalls_and_the_episode_says_so():
+    from wamdiff2_ros.eval.closed_loop import failure_mode
+
+    result = run_episode(QUIET_HIGHWAY_SEED, lambda scene: _StandStill(), CONFIG, "highway")
+    assert result.end_reason == "timeout" and result.standstill_s >= 5.0
+    assert result.collision_heading_deg is None and failure_mode(result) == "stall"

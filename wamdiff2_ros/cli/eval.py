@@ -85,9 +85,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     closed_loop.add_argument(
         "--policy",
         action="append",
-        choices=("expert", "constant-velocity", "model"),
+        choices=("expert", "constant-velocity", "model", "model-scored"),
         default=None,
-        help="policy to drive (repeatable; default both baselines); model: --model, else the bundled default",
+        help="policy to drive (repeatable; default both baselines); model: --model, else the bundled "
+        "default, driving its greedy plan; model-scored: as the planner and scorer nodes run together (4 "
+        "candidates, a detection answer every 5th plan, the online scorer's pick)",
     )
     closed_loop.add_argument("--model", default="", help="checkpoint folder of the model policy")
     closed_loop.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
@@ -313,13 +315,23 @@ def _write_open_loop_outputs(args: argparse.Namespace, report: dict, planners: d
     print(f"wrote {args.out / 'report.json'} and plots")
 
 
-def _model_policy(args: argparse.Namespace):
+def _model_policy(args: argparse.Namespace, scored: bool, camera):
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.planner import Planner
-    from wamdiff2_ros.eval.model_policy import ModelPolicy
+    from wamdiff2_ros.eval.model_policy import ModelPolicy, ScoredModelPolicy
 
     # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
     config = DecodeConfig(block_size=args.block_size, steps=args.steps, grammar=True)
+    if scored:  # the planner node's candidates: candidate 0 greedy, the others sampled
+        config = DecodeConfig(
+            block_size=args.block_size,
+            steps=args.steps,
+            grammar=True,
+            candidates=4,
+            temperature=0.7,
+            greedy_first=True,
+        )
+        return ScoredModelPolicy(Planner.from_settings(config, checkpoint=args.model or None), camera)
     return ModelPolicy(Planner.from_settings(config, checkpoint=args.model or None))
 
 
@@ -338,15 +350,19 @@ def run_closed_loop(args: argparse.Namespace) -> int:
         camera=Camera().scaled_to_width(args.image_width),
     )
     seeds = list(range(args.seed, args.seed + args.episodes))
-    factories = {n: baseline_factory(n) for n in names if n != "model"}
-    policy = None
-    if "model" in names:
-        policy = _model_policy(args)
-        factories["model"] = model_policy_factory(policy)
+    factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
+    models = {
+        n: _model_policy(args, n == "model-scored", config.camera) for n in names if n.startswith("model")
+    }
+    factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
     report = evaluate_closed_loop(factories, seeds, config, args.kind)
-    if policy is not None:
-        report["policies"]["model"] |= {"source": policy.planner.loaded.source, **policy.counters()}
+    for name, policy in models.items():
+        report["policies"][name] |= {"source": policy.planner.loaded.source, **policy.counters()}
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
+    for name, policy in report["policies"].items():
+        print(f"{name} failure modes: {json.dumps(policy['summary']['failure_modes'])}")
+    for name, policy in models.items():
+        print(f"{name}: {json.dumps(policy.counters())}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=2))

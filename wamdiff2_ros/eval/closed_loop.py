@@ -10,16 +10,48 @@ import numpy as np
 from wamdiff2_ros.eval.metrics import driving_score
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, EpisodeResult, PolicyFactory, run_episode
 
+# Failure modes (issue 20's): a stall is a standing start or stop of this long that the episode never
+# recovered from in time; collisions are told apart by the hit vehicle's heading relative to the ego's.
+STALL_S = 5.0
+FAILURE_MODES = (
+    "completed",
+    "collision_same_direction",
+    "collision_crossing",
+    "collision_oncoming",
+    "route_deviation",
+    "stall",
+    "timeout",
+)
+
+
+def failure_mode(result: EpisodeResult) -> str:
+    """What ended the episode, as one of ``FAILURE_MODES``.
+
+    A collision with a vehicle within 30 degrees of the ego's heading is same-direction (rear-end, cut-in),
+    beyond 150 oncoming, between them crossing; a timeout after standing still for ``STALL_S`` or more is a
+    stall (the ego stopped and never got going again in time), any other a timeout (too slow)."""
+    if result.end_reason == "collision":
+        heading = result.collision_heading_deg
+        if heading is None or heading < 30.0:
+            return "collision_same_direction"
+        return "collision_oncoming" if heading > 150.0 else "collision_crossing"
+    if result.end_reason == "timeout":
+        return "stall" if result.standstill_s >= STALL_S else "timeout"
+    return result.end_reason
+
 
 def episode_row(result: EpisodeResult) -> dict:
-    """One episode as a JSON-ready row with its driving score."""
+    """One episode as a JSON-ready row with its driving score and failure mode."""
     infractions = {"collision_vehicle": result.collisions, "off_road": result.off_road_events}
     row = {k: v for k, v in asdict(result).items() if k != "ego_path_map"}
-    return row | {"driving_score": driving_score(result.route_completion, infractions)}
+    score = driving_score(result.route_completion, infractions)
+    return row | {"driving_score": score, "failure_mode": failure_mode(result)}
 
 
 def summarise(rows: list[dict]) -> dict:
-    """Means over episodes: driving score, route completion, and collision / off-road / completion rates."""
+    """Means over episodes: driving score, route completion, and collision / off-road / completion rates;
+    the count of each failure mode, overall and per scene kind."""
+    kinds = sorted({r["kind"] for r in rows})
     return {
         "episodes": len(rows),
         "driving_score": float(np.mean([r["driving_score"] for r in rows])),
@@ -27,7 +59,13 @@ def summarise(rows: list[dict]) -> dict:
         "collision_rate": float(np.mean([r["collisions"] > 0 for r in rows])),
         "off_road_rate": float(np.mean([r["off_road_events"] > 0 for r in rows])),
         "completed_rate": float(np.mean([r["end_reason"] == "completed" for r in rows])),
+        "failure_modes": _counts(rows),
+        "failure_modes_by_kind": {kind: _counts([r for r in rows if r["kind"] == kind]) for kind in kinds},
     }
+
+
+def _counts(rows: list[dict]) -> dict[str, int]:
+    return {mode: n for mode in FAILURE_MODES if (n := sum(r["failure_mode"] == mode for r in rows))}
 
 
 def evaluate_closed_loop(

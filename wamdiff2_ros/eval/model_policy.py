@@ -1,5 +1,7 @@
 """The model as a closed-loop policy: the front image and telemetry go through ``Planner.plan`` (the same
-prompt, decoder and parser as the ROS planner node), and the first candidate that parses is driven.
+prompt, decoder and parser as the ROS planner node), and the first candidate that parses is driven; or, as
+the planner and scorer nodes do together (``ScoredModelPolicy``), the candidate the online scorer picks
+given the model's own detections.
 
 A plan that does not parse is counted and replaced by constant velocity (what the node's fallback would
 publish is similar: a held or a stopping trajectory), so that a parse failure shows in the counters rather
@@ -12,6 +14,9 @@ import numpy as np
 
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
+from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
+from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.sim.closed_loop import Observation, PolicyFactory
 from wamdiff2_ros.sim.scenes import Scene
 
@@ -28,6 +33,14 @@ class ModelPolicy:
         self.forwards = 0
 
     def __call__(self, observation: Observation) -> np.ndarray:
+        parsed = self._candidates(observation)
+        if not parsed:
+            self.fallbacks += 1
+            return constant_velocity_waypoints(observation.velocity_ego_mps)
+        return parsed[0]
+
+    def _candidates(self, observation: Observation) -> list[np.ndarray]:
+        """The plan's candidates that parse, in order (counted as one plan)."""
         output = self.planner.plan(
             DrivingInputs(
                 image_rgb=observation.image_rgb,
@@ -38,16 +51,58 @@ class ModelPolicy:
         )
         self.plans += 1
         self.forwards += output.decode.forwards
-        parsed = [c.waypoints_ego for c in output.candidates if c.waypoints_ego is not None]
-        if not parsed:
-            self.fallbacks += 1
-            return constant_velocity_waypoints(observation.velocity_ego_mps)
-        return parsed[0]
+        return [c.waypoints_ego for c in output.candidates if c.waypoints_ego is not None]
 
     def counters(self) -> dict:
         """Plans, fallbacks (unparsable plans) and mean forwards per plan so far."""
         per_plan = self.forwards / self.plans if self.plans else 0.0
         return {"plans": self.plans, "fallbacks": self.fallbacks, "forwards_per_plan": per_plan}
+
+
+class ScoredModelPolicy(ModelPolicy):
+    """The planner and scorer nodes in the loop: the planner's K candidates, its detection answer after
+    every ``detect_every``-th plan (the boxes kept in between, as the scorer keeps the latest), and the
+    candidate the online PDM scorer selects. Counts how often the scorer drove another candidate than the
+    greedy one, and how often it did so because candidate 0 hit a detected vehicle.
+
+    Args:
+        planner: the model, configured with K > 1 candidates (the node's: candidate 0 greedy).
+        camera: the rendered camera (places the boxes on the ground).
+        detect_every: plans between detection answers (the node's ``output.detections_every_n``).
+        detect_max_tokens: the detection answer's budget (``output.detections_max_tokens``).
+    """
+
+    def __init__(
+        self, planner: Planner, camera: Camera, detect_every: int = 5, detect_max_tokens: int = 256
+    ) -> None:
+        super().__init__(planner)
+        self.camera, self.settings = camera, ScorerSettings()
+        self.detect_every, self.detect_max_tokens = detect_every, detect_max_tokens
+        self.boxes_px = np.zeros((0, 4))
+        self.detections = self.scorer_changed = self.colliding_greedy_dropped = 0
+
+    def __call__(self, observation: Observation) -> np.ndarray:
+        parsed = self._candidates(observation)
+        if (self.plans - 1) % self.detect_every == 0:
+            answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
+            self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
+        if not parsed:
+            self.fallbacks += 1
+            return constant_velocity_waypoints(observation.velocity_ego_mps)
+        agents = agents_from_boxes(self.boxes_px, self.camera, self.settings)
+        scores, selected = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
+        if selected != 0:
+            self.scorer_changed += 1
+            self.colliding_greedy_dropped += scores[0]["no_collision"] == 0.0
+        return parsed[selected]
+
+    def counters(self) -> dict:
+        """The model's counters, plus detections run and the scorer's choices."""
+        return super().counters() | {
+            "detections": self.detections,
+            "scorer_changed_candidate": self.scorer_changed,
+            "scorer_dropped_colliding_greedy": self.colliding_greedy_dropped,
+        }
 
 
 def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:

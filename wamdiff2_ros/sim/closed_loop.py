@@ -25,6 +25,7 @@ from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene, make_scene
 
 ROUTE_DEVIATION_M = 15.0  # farther than this from the route centreline ends the episode (CARLA-style)
+STANDSTILL_MPS = 0.5  # slower than this counts as standing still (a stall, if it lasts)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class EpisodeResult:
     end_reason: str  # completed | collision | route_deviation | timeout
     duration_s: float
     ego_path_map: np.ndarray  # (T, 2)
+    # The vehicle nearest the ego at a collision: its heading relative to the ego's, degrees in [0, 180]
+    # (0: same direction, ~90: crossing, 180: oncoming); None without a collision.
+    collision_heading_deg: float | None = None
+    standstill_s: float = 0.0  # the longest time the ego stood still (below STANDSTILL_MPS) in one go
 
 
 class _RouteProgress:
@@ -152,10 +157,13 @@ def run_episode(
     ticks_per_plan = max(1, round(SIM_HZ / config.plan_hz))
     collisions = off_road_events = 0
     end_reason, was_on_road = "timeout", True
-    path = []
+    path, crash_heading_deg = [], None
+    standstill_s = still_s = 0.0
     for tick in range(round(config.max_duration_s * SIM_HZ)):
         snapshot = scene.snapshot()
         path.append(snapshot.ego.xy)
+        still_s = still_s + 1.0 / SIM_HZ if snapshot.ego.speed_mps < STANDSTILL_MPS else 0.0
+        standstill_s = max(standstill_s, still_s)
         if tick % ticks_per_plan == 0:
             plan = np.asarray(policy(_observe(scene, snapshot, policy, config.camera)), dtype=np.float64)
             if plan.shape != (NUM_WAYPOINTS, 2) or not np.isfinite(plan).all():
@@ -178,6 +186,7 @@ def run_episode(
             break
         if after.ego_crashed:
             collisions, end_reason = 1, "collision"  # highway-env stops crashed vehicles: the episode ends
+            crash_heading_deg = _nearest_relative_heading_deg(after)
             break
         if progress.completion >= 1.0:
             end_reason = "completed"
@@ -191,4 +200,15 @@ def run_episode(
         end_reason,
         scene.time_s,
         np.array(path),
+        crash_heading_deg,
+        standstill_s,
     )
+
+
+def _nearest_relative_heading_deg(snapshot: Snapshot) -> float | None:
+    """Heading of the vehicle nearest the ego relative to the ego's, in [0, 180] degrees (None: no other)."""
+    if not snapshot.agents:
+        return None
+    nearest = min(snapshot.agents, key=lambda a: float(np.linalg.norm(a.xy - snapshot.ego.xy)))
+    difference = (nearest.yaw_rad - snapshot.ego.yaw_rad + np.pi) % (2 * np.pi) - np.pi
+    return abs(float(np.degrees(difference)))
