@@ -132,6 +132,10 @@ def test_reference_detection_answers_score_full_ap50_through_the_parser(dataset)
     report = score_detections(dataset, dataset / "detection.json")  # answers on the 0..1000 scale
     assert report["ap50"] == pytest.approx(1.0) and report["map"] > 0.8  # rounding to 1/1000 of the image
     assert report["unparsed"] == 0 and report["missing"] == 0
+    bands = report["by_distance"]  # every truth box in exactly one band; near boxes are found too
+    assert list(bands) == ["0-15 m", "15-30 m", "30-60 m", "60+ m"]
+    assert sum(band["truth_boxes"] for band in bands.values()) == report["truth_boxes"]
+    assert all(band["ap50"] > 0.9 for band in bands.values() if band["truth_boxes"] >= 5)
 
 
 def test_broken_detection_answers_count_as_no_boxes(dataset, tmp_path):

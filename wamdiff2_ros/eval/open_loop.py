@@ -144,14 +144,16 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
     Returns:
         ``detection_map``'s report over the well-formed items of each answer (``salvage_detections``: what
         the planner node publishes), plus ``unparsed`` (answers that do not parse whole),
-        ``rejected_items`` (items or remainders dropped) and ``missing``.
+        ``rejected_items`` (items or remainders dropped), ``missing``, and ``by_distance``: the same AP
+        in each distance band (``detection_map_by_distance``).
     """
-    from wamdiff2_ros.eval.detection import ImageDetections, detection_map
+    from wamdiff2_ros.eval.detection import ImageDetections, detection_map, detection_map_by_distance
     from wamdiff2_ros.model.parse import boxes_to_source_px, salvage_detections
     from wamdiff2_ros.sim.dataset import load_camera
 
     truth = load_truth(data_dir)
-    k = load_camera(data_dir).intrinsics
+    camera = load_camera(data_dir)
+    k = camera.intrinsics
     answers = _answers(predictions_path)
     predicted, unparsed, rejected = {}, 0, 0
     for key, text in answers.items():
@@ -164,7 +166,8 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
         predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections))
     expected = {key: ImageDetections(t.boxes_px, t.labels) for key, t in truth.items()}
     counts = {"unparsed": unparsed, "rejected_items": rejected, "missing": len(truth) - len(predicted)}
-    return detection_map(expected, predicted) | counts
+    by_distance = detection_map_by_distance(expected, predicted, camera)
+    return detection_map(expected, predicted) | counts | {"by_distance": by_distance}
 
 
 def score_qa(data_dir: Path, predictions_path: Path) -> dict:
