@@ -53,6 +53,9 @@ def _recipe(tmp_path: Path) -> Path:
             },
             {"name": "small", "kind": "reduce_vocabulary", "model": "student", "vocab_from": ["scenes"]},
             {"name": "packed", "kind": "pack", "model": "small"},
+            {"name": "rollouts", "kind": "dagger", "model": "packed", "samples": 2, "seed": 2, "width": 128,
+             "max_s": 9.0, "block_size": 8, "steps": 4},
+            {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"]},
             {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
         ],
@@ -68,6 +71,9 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     outputs = run_recipe(recipe, log=lines.append)
     assert list(outputs) == recipe.names and all("finished" in line for line in lines[1::2])
     assert Path(outputs["student"]).name == "final" and Path(outputs["student"]).parent.name == "B8"
+    merged = json.loads((Path(outputs["both"]) / "planning.json").read_text())
+    assert len(merged) == 4 + 2 and all(Path(item["image"][0]).is_absolute() for item in merged)
+    assert all(Path(item["image"][0]).exists() for item in merged)
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report
     run = tmp_path / "run"

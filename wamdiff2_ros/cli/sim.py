@@ -1,4 +1,5 @@
-"""``wamdiff2 sim generate``: driving samples (images, reference JSON, ground truth) and MCAP drives.
+"""``wamdiff2 sim generate``: driving samples (images, reference JSON, ground truth) and MCAP drives;
+``wamdiff2 sim dagger``: the same from a model's closed-loop drives, labelled by the expert.
 
 Parses, builds a ``GenerateConfig``, calls ``sim.dataset.generate`` and prints the summary with timings as
 JSON. The simulator loads only when the command runs, so ``--help`` stays fast.
@@ -49,6 +50,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="planning answers' number style: 1 plain (5.00, the reference's), 2 padded (05.00)",
     )
     gen.set_defaults(func=run_generate)
+    dagger = verbs.add_parser(
+        "dagger",
+        help="DAgger data: a model drives seeded scenes, the expert labels the states it reaches",
+        description="Roll the model out in the closed loop (as 'eval closed-loop --policy model' drives) and "
+        "write, every --stride-s seconds, the frame it saw with the privileged expert's plan from that "
+        "state as the planning answer, in 'generate''s layout. Samples need 4 s of drive after them (the "
+        "other vehicles' futures), so long routes keep more of each episode.",
+    )
+    dagger.add_argument("--out", type=Path, required=True, help="output folder (created)")
+    dagger.add_argument("--samples", type=int, required=True, help="number of samples to write")
+    dagger.add_argument("--model", default="", help="checkpoint folder (default: the bundled model)")
+    dagger.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    dagger.add_argument("--width", type=int, default=640, help="image width in pixels (default 640)")
+    dagger.add_argument("--stride-s", type=float, default=1.0, help="seconds between samples (default 1)")
+    dagger.add_argument("--route-m", type=float, default=400.0, help="route length (default 400 m)")
+    dagger.add_argument("--max-s", type=float, default=20.0, help="time limit per episode (default 20 s)")
+    dagger.add_argument("--plan-hz", type=float, default=2.0, help="the model's planning rate (default 2)")
+    dagger.add_argument("--block-size", type=int, default=32, help="the model's block size B (default 32)")
+    dagger.add_argument("--steps", type=int, default=8, help="denoising steps per block (default 8)")
+    dagger.set_defaults(func=run_dagger)
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -74,5 +95,36 @@ def run_generate(args: argparse.Namespace) -> int:
         "seconds": round(elapsed_s, 2),
         "samples_per_s": round(summary["samples"] / elapsed_s, 2),
     }
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def run_dagger(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.planner import Planner
+    from wamdiff2_ros.eval.model_policy import ModelPolicy, model_policy_factory
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.prompt import min_int_digits_of
+    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
+    from wamdiff2_ros.sim.dagger import generate_dagger
+    from wamdiff2_ros.sim.dataset import GenerateConfig
+
+    decode = DecodeConfig(block_size=args.block_size, steps=args.steps, grammar=True)
+    policy = ModelPolicy(Planner.from_settings(decode, checkpoint=args.model or None))
+    camera = Camera().scaled_to_width(args.width)
+    config = GenerateConfig(
+        out_dir=args.out,
+        samples=args.samples,
+        seed=args.seed,
+        camera=camera,
+        stride_s=args.stride_s,
+        min_int_digits=min_int_digits_of(policy.planner.loaded.model.config),  # the model's number style
+    )
+    loop = ClosedLoopConfig(
+        route_length_m=args.route_m, max_duration_s=args.max_s, plan_hz=args.plan_hz, camera=camera
+    )
+    start_s = time.perf_counter()
+    summary = generate_dagger(config, model_policy_factory(policy), loop)
+    summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2), **policy.counters()}
     print(json.dumps(summary, indent=2))
     return 0

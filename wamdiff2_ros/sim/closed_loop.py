@@ -136,7 +136,11 @@ def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -
 
 
 def run_episode(
-    seed: int, policy_factory: PolicyFactory, config: ClosedLoopConfig, kind: str | None = None
+    seed: int,
+    policy_factory: PolicyFactory,
+    config: ClosedLoopConfig,
+    kind: str | None = None,
+    observer: Callable[[Scene, Snapshot, int], None] | None = None,
 ) -> EpisodeResult:
     """Drive one seeded scene with the policy in the loop.
 
@@ -145,6 +149,8 @@ def run_episode(
         policy_factory: builds the policy for this scene.
         config: route length, time limit, planning rate, camera.
         kind: scene kind, or None to draw it from the seed.
+        observer: called at every tick with the live scene, its snapshot and the tick, before the policy
+            plans and the scene steps (``sim.dagger`` records the expert's labels of the states reached).
 
     Raises:
         InputError: the policy returns something other than a finite (8, 2) array.
@@ -161,6 +167,8 @@ def run_episode(
     standstill_s = still_s = 0.0
     for tick in range(round(config.max_duration_s * SIM_HZ)):
         snapshot = scene.snapshot()
+        if observer is not None:
+            observer(scene, snapshot, tick)
         path.append(snapshot.ego.xy)
         still_s = still_s + 1.0 / SIM_HZ if snapshot.ego.speed_mps < STANDSTILL_MPS else 0.0
         standstill_s = max(standstill_s, still_s)

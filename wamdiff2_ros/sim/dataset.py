@@ -22,7 +22,13 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.engine import SIM_HZ
-from wamdiff2_ros.sim.expert import ground_truth, navigation_command, record_drive, sample_indices
+from wamdiff2_ros.sim.expert import (
+    GroundTruth,
+    ground_truth,
+    navigation_command,
+    record_drive,
+    sample_indices,
+)
 from wamdiff2_ros.sim.render import encode_png, render_front
 from wamdiff2_ros.sim.scenes import make_scene
 
@@ -67,22 +73,10 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     scene = make_scene(episode_seed(config.seed, episode))
     log = record_drive(scene, config.episode_s)
     out = []
-    image_wh_px = (config.camera.intrinsics.width_px, config.camera.intrinsics.height_px)
     for index in sample_indices(log, round(config.stride_s * SIM_HZ)):
-        sample_id = f"e{episode:06d}_t{index:04d}"
-        image_path = f"images/{sample_id}.png"
         frame = render_front(config.camera, scene.lanes, log[index])
         truth = ground_truth(log, index, scene, frame)
-        out.append(
-            {
-                "image_path": image_path,
-                "png": encode_png(frame.image_rgb),  # written by the parent only if the sample is kept
-                "planning": export.planning_record(sample_id, image_path, truth, config.min_int_digits),
-                "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
-                "qa": export.qa_records(sample_id, image_path, truth),
-                "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": scene.kind},
-            }
-        )
+        out.append(sample(f"e{episode:06d}_t{index:04d}", frame.image_rgb, truth, scene.kind, config))
     if config.bags and out:
         from wamdiff2_ros.sim.bags import DriveTick, write_drive_bag
 
@@ -98,6 +92,20 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     return out
 
 
+def sample(sample_id: str, image_rgb, truth: GroundTruth, kind: str, config: GenerateConfig) -> dict:
+    """One sample as ``generate`` writes it: PNG bytes, its records of the three tasks and its truth line."""
+    image_path = f"images/{sample_id}.png"
+    image_wh_px = (config.camera.intrinsics.width_px, config.camera.intrinsics.height_px)
+    return {
+        "image_path": image_path,
+        "png": encode_png(image_rgb),  # written by the parent only if the sample is kept
+        "planning": export.planning_record(sample_id, image_path, truth, config.min_int_digits),
+        "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
+        "qa": export.qa_records(sample_id, image_path, truth),
+        "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": kind},
+    }
+
+
 def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
     """Episodes 0, 1, 2, ... in order, computed a batch at a time (the caller stops when it has enough)."""
     workers = config.workers or os.cpu_count() or 1
@@ -111,8 +119,16 @@ def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
             yield from pool.imap(_episode, [(config, e) for e in range(start, start + batch)])
 
 
-def generate(config: GenerateConfig, progress: bool = True) -> dict:
+def generate(
+    config: GenerateConfig, progress: bool = True, episodes: Iterator[list[dict]] | None = None
+) -> dict:
     """Generate ``config.samples`` samples into ``config.out_dir``.
+
+    Args:
+        config: what to generate and where.
+        progress: show a progress bar.
+        episodes: where the samples come from, an episode's list at a time (``sample`` dicts); default:
+            the expert's recorded drives of ``config``'s seeded scenes (``sim.dagger`` passes a policy's).
 
     Returns:
         A summary: sample and episode counts, scene kinds, commands.
@@ -127,17 +143,17 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
     (config.out_dir / "images").mkdir(parents=True, exist_ok=True)
     samples: list[dict] = []  # records only: images and truth lines go to disk as samples arrive
     kinds, commands = Counter(), Counter()
-    episodes = 0
+    episode_count = 0
     with (
         tqdm(total=config.samples, desc="samples", unit="sample", disable=not progress) as bar,
         (config.out_dir / "ground_truth.jsonl").open("w") as truth_file,
     ):
-        for episode_samples in _episodes(config):
-            episodes += 1
+        for episode_samples in episodes if episodes is not None else _episodes(config):
+            episode_count += 1
             taken = episode_samples[: config.samples - len(samples)]
-            for sample in taken:
-                (config.out_dir / sample["image_path"]).write_bytes(sample.pop("png"))
-                truth = sample.pop("truth")
+            for taken_sample in taken:
+                (config.out_dir / taken_sample["image_path"]).write_bytes(taken_sample.pop("png"))
+                truth = taken_sample.pop("truth")
                 truth_file.write(json.dumps(truth) + "\n")
                 kinds[truth["kind"]] += 1
                 commands[truth["command"]] += 1
@@ -146,10 +162,10 @@ def generate(config: GenerateConfig, progress: bool = True) -> dict:
             if len(samples) >= config.samples:
                 break
     _write_records(config, samples)
-    _remove_unused_bags(config.out_dir, episodes)
+    _remove_unused_bags(config.out_dir, episode_count)
     return {
         "samples": len(samples),
-        "episodes": episodes,
+        "episodes": episode_count,
         "kinds": dict(sorted(kinds.items())),
         "commands": dict(sorted(commands.items())),
     }

@@ -4,6 +4,9 @@ A recipe (``config/recipes/*.yaml``) names a run folder, the device, the trainin
 shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``:
 
 - ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``) -> a data folder.
+- ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
+  (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``) -> a data folder.
+- ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
   ``hidden``; ``vocab_from``: data steps whose ids the vocabulary keeps) -> a checkpoint.
 - ``train``: one training stage (``stage``: sft, adapt or distill; ``config``: its YAML; ``model`` and for
@@ -36,7 +39,7 @@ import yaml
 
 from wamdiff2_ros.errors import InputError
 
-KINDS = ("generate", "init", "train", "reduce_vocabulary", "pack", "evaluate")
+KINDS = ("generate", "dagger", "merge", "init", "train", "reduce_vocabulary", "pack", "evaluate")
 REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
 
@@ -75,7 +78,8 @@ def load_recipe(path: str | Path) -> Recipe:
             raise InputError(f"{path}: every step needs a unique name, got {name!r}")
         if kind not in KINDS:
             raise InputError(f"{path}: step {name!r} has kind {kind!r}, not one of {KINDS}")
-        referenced = [step[key] for key in REFERENCES if key in step] + list(step.get("vocab_from", []))
+        referenced = [step[key] for key in REFERENCES if key in step]
+        referenced += [*step.get("vocab_from", []), *step.get("from", [])]
         for other in referenced:
             if other not in seen:
                 raise InputError(f"{path}: step {name!r} refers to {other!r}, which is not an earlier step")
@@ -163,6 +167,49 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         workers=step.get("workers", 0),
     )
     generate(config, progress=False)
+    return out
+
+
+def _dagger(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.planner import Planner
+    from wamdiff2_ros.eval.model_policy import ModelPolicy, model_policy_factory
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.prompt import min_int_digits_of
+    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
+    from wamdiff2_ros.sim.dagger import generate_dagger
+    from wamdiff2_ros.sim.dataset import GenerateConfig
+
+    decode = DecodeConfig(block_size=step.get("block_size", 32), steps=step.get("steps", 8), grammar=True)
+    device = "cuda" if context.device.startswith("cuda") else "cpu"
+    planner = Planner.from_settings(decode, checkpoint=str(context.output(step["model"])), device=device)
+    camera = Camera().scaled_to_width(step.get("width", 192))
+    out = context.folder(step)
+    config = GenerateConfig(
+        out_dir=out,
+        samples=step["samples"],
+        seed=step.get("seed", 0),
+        camera=camera,
+        min_int_digits=min_int_digits_of(planner.loaded.model.config),
+    )
+    loop = ClosedLoopConfig(
+        route_length_m=step.get("route_m", 400.0), max_duration_s=step.get("max_s", 20.0), camera=camera
+    )
+    generate_dagger(config, model_policy_factory(ModelPolicy(planner)), loop, progress=False)
+    return out
+
+
+def _merge(step: dict[str, Any], context: _Context) -> Path:
+    out = context.folder(step)
+    out.mkdir(parents=True, exist_ok=True)
+    folders = [context.output(name) for name in step["from"]]
+    for task in ("planning", "detection", "qa"):
+        merged = []
+        for folder in folders:
+            for item in json.loads((folder / f"{task}.json").read_text()):
+                merged.append(item | {"image": [str((folder / path).resolve()) for path in item["image"]]})
+        (out / f"{task}.json").write_text(json.dumps(merged, indent=1))
+    shutil.copyfile(folders[0] / "camera.json", out / "camera.json")
     return out
 
 
@@ -270,6 +317,8 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
 
 STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "generate": _generate,
+    "dagger": _dagger,
+    "merge": _merge,
     "init": _init,
     "train": _train,
     "reduce_vocabulary": _reduce_vocabulary,
