@@ -23,7 +23,6 @@ from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene
 
-
 MAX_EPISODES_PER_SAMPLE = 4
 
 
