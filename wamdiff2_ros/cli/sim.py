@@ -46,8 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--min-int-digits",
         type=int,
         choices=(1, 2),
-        default=1,
-        help="planning answers' number style: 1 plain (5.00, the reference's), 2 padded (05.00)",
+        default=2,
+        help="planning answers' number style: 2 padded (05.00: the bundled model's; default), 1 plain "
+        "(5.00, the reference's)",
     )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(

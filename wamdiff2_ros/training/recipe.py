@@ -163,7 +163,7 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         samples=step["samples"],
         seed=step.get("seed", 0),
         camera=Camera().scaled_to_width(step.get("width", 192)),
-        min_int_digits=step.get("min_int_digits", 1),
+        min_int_digits=step.get("min_int_digits", 2),  # the bundled model's padded style, as sim generate
         workers=step.get("workers", 0),
     )
     generate(config, progress=False)
