@@ -52,12 +52,14 @@ def test_every_suite_row_is_a_valid_decode_config(suite):
 def test_the_compile_suite_times_the_headline_with_and_without_compile():
     rows = suite_rows("compile", flashinfer=True)
     names = [name for name, _ in rows]
-    assert names[:3] == [
+    assert names[:4] == [
         "B32 S8 flashinfer graphs fused",
         "B32 S8 flashinfer graphs fused compile",
         "B32 S8 flashinfer graphs fused compile fp8",  # the same row with FP8 weights beside it
+        "B32 S8 flashinfer graphs fused compile fp8 weight-only",
     ]
     assert dict(rows)[names[2]] == {**dict(rows)[names[1]], "weights": "fp8"}
+    assert dict(rows)[names[3]] == {**dict(rows)[names[1]], "weights": "fp8_weight_only"}
 
 
 def test_rows_serialise_with_derived_columns(tmp_path):

@@ -335,3 +335,24 @@ def test_compiled_fp8_graphed_loop_agrees_with_uncompiled_fp8(bf16_model, tokeni
     plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
     fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
     assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]
+
+
+@pytest.mark.parametrize("rows", [32, 128, 256])
+@pytest.mark.parametrize("shape", [(4096, 2048), (2048, 6144), (1000, 72)], ids=["qkv", "down", "ragged"])
+def test_w8a16_kernel_on_cuda_is_its_dequantised_twin(rows, shape):
+    from wamdiff2_ros.decoding import fp8, fp8_kernel
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    weight = fp8.quantize_weight_only(torch.randn(*shape, device="cuda", generator=generator).bfloat16())
+    x = torch.randn(rows, shape[1], device="cuda", generator=generator).bfloat16()
+    twin = torch.nn.functional.linear(x.float(), weight.data.float() * weight.scale.reshape(-1, 1))
+    error = _relative_error(fp8_kernel.w8a16_linear(x, weight.data, weight.scale), twin)
+    assert error < 1e-2, f"relative error {error:.3g}"
+
+
+def test_compiled_graphed_weight_only_fp8_loop_agrees_with_uncompiled(bf16_model, tokenizer, planning_prompt):
+    settings = {"block_size": 8, "steps": 8, "commit_rule": "low_confidence_static", "max_new_tokens": 32}
+    settings.update(backend="sdpa", cuda_graphs=True, candidates=4, weights="fp8_weight_only")
+    plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
+    fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
+    assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]

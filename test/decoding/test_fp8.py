@@ -3,6 +3,10 @@ twin, and the lean forward and fast decode with ``weights="fp8"`` (``test_fast_g
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -74,3 +78,40 @@ def test_fp8_weights_decode_on_the_fast_path_only(tiny_model, tokenizer, plannin
     )
     first, again = (decode(tiny_model, tokenizer, planning_prompt, config) for _ in range(2))
     assert first.token_ids == again.token_ids and first.candidates[0].text
+
+
+def test_weight_only_fp8_keeps_the_activations_and_stays_near_full_precision(tiny_model, planning_prompt):
+    full = _block_logits(tiny_model, planning_prompt, LeanDecoder(tiny_model))
+    decoder = LeanDecoder(tiny_model, weights="fp8_weight_only")
+    assert isinstance(decoder.layers[0].qkv, fp8.Fp8WeightOnly)
+    relative = (_block_logits(tiny_model, planning_prompt, decoder) - full).norm() / full.norm()
+    assert 0 < relative < 0.1, f"fp8 weight-only logits {relative:.3g} from full precision"
+    weight = fp8.quantize_weight_only(torch.randn(32, 16))
+    x = torch.randn(3, 16)
+    restored = weight.data.float() * weight.scale.reshape(-1, 1)
+    assert fp8.linear(x, weight).allclose(torch.nn.functional.linear(x, restored), atol=1e-5)
+
+
+INTERPRETED_TWIN = """
+import torch
+from wamdiff2_ros.decoding import fp8, fp8_kernel
+
+generator = torch.Generator().manual_seed(2)
+for rows, columns, depth in ((5, 48, 64), (32, 96, 256), (70, 40, 200)):  # ragged edges in every dim
+    weight = fp8.quantize_weight_only(torch.randn(columns, depth, generator=generator))
+    x = torch.randn(rows, depth, generator=generator).bfloat16()
+    kernel = fp8_kernel.launch(x, weight.data, weight.scale).float()
+    twin = fp8_kernel.w8a16_linear(x, weight.data, weight.scale).float()
+    assert (kernel - twin).abs().max() <= 2**-7 * twin.abs().max(), (rows, columns, depth)  # a bf16 rounding
+"""
+
+
+def test_the_w8a16_triton_kernel_under_the_interpreter_is_its_twin():
+    # Triton is not installed on the CPU machines: this runs where it is (in a process of its own, since
+    # Triton reads TRITON_INTERPRET when it is imported), on CPU tensors.
+    pytest.importorskip("triton")
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", INTERPRETED_TWIN], env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

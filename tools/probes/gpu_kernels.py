@@ -2,11 +2,11 @@
 
 gemm: the 2b text decoder's matrix products at M = 32..256 rows (cuBLAS via F.linear, FP8 via _scaled_mm,
 Inductor max-autotune at M = 32). fp8: the same at M = 32..256 and 2,106 (the 1080p prompt) through
-``decoding.fp8``: row-wise-scaled _scaled_mm alone, unscaled with fp32 out alone, and ``fp8_linear`` whole
-(activation quantisation included), eager and compiled. attention: one block's 32 queries (16 query / 8 KV
-heads of 128) over ~2.1k cached keys, 28 layers in one CUDA graph, through FlashInfer's kernel families
-(fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at other key counts against SDPA; and
-through plain torch ops.
+``decoding.fp8``: row-wise-scaled _scaled_mm alone, unscaled with fp32 out alone, ``fp8_linear`` whole
+(activation quantisation included), eager and compiled, and the W8A16 Triton kernel. attention: one
+block's 32 queries (16 query / 8 KV heads of 128) over ~2.1k cached keys, 28 layers in one CUDA graph,
+through FlashInfer's kernel families (fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at
+other key counts against SDPA; and through plain torch ops.
 Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
@@ -92,7 +92,13 @@ def gemm() -> dict[str, dict[str, float]]:
 
 
 def fp8() -> dict[str, dict[str, float]]:
-    from wamdiff2_ros.decoding.fp8 import fp8_linear, quantize_rows, quantize_weight
+    from wamdiff2_ros.decoding.fp8 import (
+        fp8_linear,
+        quantize_rows,
+        quantize_weight,
+        quantize_weight_only,
+        weight_only_linear,
+    )
 
     torch._dynamo.config.recompile_limit = 64  # one specialisation per shape, as the fast path compiles
     compiled = torch.compile(fp8_linear, dynamic=False)
@@ -118,6 +124,8 @@ def fp8() -> dict[str, dict[str, float]]:
                 return torch._scaled_mm(x8, w.data.t(), scale_a=w.one, scale_b=w.one, out_dtype=torch.float32)
 
             row["unit_scaled_mm_fp32_out_ms"] = graph_ms(repeated(unit, 20)) / 20
+            only = quantize_weight_only(weight)
+            row["w8a16_kernel_ms"] = graph_ms(repeated(lambda x=x, w=only: weight_only_linear(x, w), 20)) / 20
             row["fp8_linear_ms"] = graph_ms(repeated(lambda x=x, w=quantised: fp8_linear(x, w), 20)) / 20
             compiled(x, quantised)
             row["fp8_linear_compiled_ms"] = (

@@ -117,6 +117,7 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
     compiled = [
         (f"B32 S8 {fast} graphs fused compile", {**best, "steps": 8, "compile": True}),
         (f"B32 S8 {fast} graphs fused compile fp8", fp8),
+        (f"B32 S8 {fast} graphs fused compile fp8 weight-only", {**fp8, "weights": "fp8_weight_only"}),
         (f"B32 S8 K8 {fast} graphs fused compile fp8", {**fp8, "candidates": 8}),
         (f"B32 S8 K8 {fast} graphs fused compile", {**best, "steps": 8, "candidates": 8, "compile": True}),
         (
@@ -132,9 +133,9 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
         return _keep(
             [
                 headline,
-                *compiled[:4],
+                *compiled[:5],
                 (f"B32 S8 K8 {fast} graphs fused", {**best, "steps": 8, "candidates": 8}),
-                *compiled[4:],
+                *compiled[5:],
             ],
             graphs,
         )

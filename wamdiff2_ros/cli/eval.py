@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from wamdiff2_ros.decoding.config import PLAN_STEPS
+from wamdiff2_ros.decoding.config import PLAN_STEPS, WEIGHT_FORMATS
 
 OPEN_LOOP_COLUMNS = (
     "ade_m",
@@ -151,9 +151,10 @@ def _add_predict(verbs: argparse._SubParsersAction) -> None:
     )
     predict.add_argument(
         "--weights",
-        choices=("bf16", "fp8"),
+        choices=WEIGHT_FORMATS,
         default="bf16",
-        help="text-layer weights on the fast path: the model's own (default) or fp8 (W8A8, needs sdpa)",
+        help="text-layer weights on the fast path (needs sdpa): the model's own (default), fp8 (W8A8) or "
+        "fp8_weight_only (W8A16)",
     )
     predict.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     predict.set_defaults(func=run_predict)

@@ -126,7 +126,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--weights",
         choices=WEIGHT_FORMATS,
-        help="text-layer weights of the fast backends: bf16 (the model's own; default) or fp8 (opt-in W8A8)",
+        help="text-layer weights of the fast backends: bf16 (the model's own; default), fp8 (opt-in W8A8) "
+        "or fp8_weight_only (opt-in W8A16)",
     )
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="weights dtype (default fp32)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default cpu)")

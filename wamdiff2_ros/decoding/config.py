@@ -10,8 +10,9 @@ from wamdiff2_ros.errors import InputError
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
 BACKENDS = ("eager", "sdpa", "flashinfer")
-# Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model) or fp8 (decoding/fp8.py)
-WEIGHT_FORMATS = ("bf16", "fp8")
+# Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model), fp8 (W8A8) or
+# fp8_weight_only (W8A16): decoding/fp8.py
+WEIGHT_FORMATS = ("bf16", "fp8", "fp8_weight_only")
 # Steps per block the planner uses unless told otherwise (node, `wamdiff2 plan`, closed loop). DecodeConfig
 # keeps the reference's 32; with the dynamic rule 8 caps a block at 8 forwards, and on the default model it
 # plans as well as 32 in a third fewer forwards (models/default/MODEL_CARD.md).
@@ -55,9 +56,11 @@ class DecodeConfig:
         compile: fast path only: run the lean forward's work between attention calls (and, with CUDA graphs,
             each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is
             its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
-        weights: fast path only: ``bf16`` (the model's own weights) or ``fp8`` (opt-in: the text layers'
-            matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm``; decoding/fp8.py). Not
-            the default until a trained model shows its quality holds (docs/DECISIONS.md).
+        weights: fast path only: ``bf16`` (the model's own weights), ``fp8`` (opt-in: the text layers'
+            matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm``) or ``fp8_weight_only``
+            (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
+            the default until they are faster and a trained model shows the quality holds
+            (docs/DECISIONS.md).
     """
 
     decoder: str = "block"

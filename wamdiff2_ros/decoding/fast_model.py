@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from transformers import Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import WEIGHT_FORMATS
-from wamdiff2_ros.decoding.fp8 import Fp8Weight, linear, quantize_weight
+from wamdiff2_ros.decoding.fp8 import Fp8Weight, Fp8WeightOnly, linear, quantize_weight, quantize_weight_only
 from wamdiff2_ros.model.vocab import kept_embedding
 
 if TYPE_CHECKING:
@@ -39,12 +39,12 @@ class LeanLayer:
     for FP8 weights, quantised copies of the four matrices)."""
 
     input_norm: torch.Tensor  # (H,)
-    qkv: torch.Tensor | Fp8Weight  # ((Hq + 2 Hkv) D, H): q_proj | k_proj | v_proj
+    qkv: torch.Tensor | Fp8Weight | Fp8WeightOnly  # ((Hq + 2 Hkv) D, H): q_proj | k_proj | v_proj
     qk_norm: torch.Tensor  # (Hq + Hkv, D): q_norm's weight for each query head, then k_norm's per KV head
-    out: torch.Tensor | Fp8Weight  # (H, Hq D)
+    out: torch.Tensor | Fp8Weight | Fp8WeightOnly  # (H, Hq D)
     post_norm: torch.Tensor  # (H,)
-    gate_up: torch.Tensor | Fp8Weight  # (2 I, H): gate_proj | up_proj
-    down: torch.Tensor | Fp8Weight  # (H, I)
+    gate_up: torch.Tensor | Fp8Weight | Fp8WeightOnly  # (2 I, H): gate_proj | up_proj
+    down: torch.Tensor | Fp8Weight | Fp8WeightOnly  # (H, I)
 
     @property
     def first_half(self) -> tuple[torch.Tensor, ...]:
@@ -75,7 +75,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def attention_input(
     x: torch.Tensor,
     input_norm: torch.Tensor,
-    qkv_weight: torch.Tensor | Fp8Weight,
+    qkv_weight: torch.Tensor | Fp8Weight | Fp8WeightOnly,
     qk_norm: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
@@ -108,10 +108,10 @@ def attention_input(
 def layer_output(
     x: torch.Tensor,
     attended: torch.Tensor,
-    out: torch.Tensor | Fp8Weight,
+    out: torch.Tensor | Fp8Weight | Fp8WeightOnly,
     post_norm: torch.Tensor,
-    gate_up: torch.Tensor | Fp8Weight,
-    down: torch.Tensor | Fp8Weight,
+    gate_up: torch.Tensor | Fp8Weight | Fp8WeightOnly,
+    down: torch.Tensor | Fp8Weight | Fp8WeightOnly,
     eps: float,
 ) -> torch.Tensor:
     """The rest of a layer after attention: output projection, residual, MLP, residual -> (K, n, H)."""
@@ -189,8 +189,9 @@ class LeanDecoder:
             rest shared), never modified.
         compile: run the work between attention calls through ``torch.compile`` (the uncompiled functions
             are its exact twin): the answer forward's per shape, the prompt prefill's for any length.
-        weights: ``bf16``: the model's own weights; ``fp8``: the layers' four matrices quantised to FP8 at
-            construction (decoding/fp8.py; the embedding, norms and LM head stay as they are).
+        weights: ``bf16``: the model's own weights; ``fp8`` (W8A8) or ``fp8_weight_only`` (W8A16): the
+            layers' four matrices quantised to FP8 at construction (decoding/fp8.py; the embedding, norms
+            and LM head stay as they are).
 
     Raises:
         ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented),
@@ -208,7 +209,8 @@ class LeanDecoder:
             raise ValueError(f"rope_type {config.rope_parameters['rope_type']!r} is not implemented")
         if weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights {weights!r} is not one of {WEIGHT_FORMATS}")
-        matrix = quantize_weight if weights == "fp8" else (lambda weight: weight)
+        quantizers = {"fp8": quantize_weight, "fp8_weight_only": quantize_weight_only}
+        matrix = quantizers.get(weights, lambda weight: weight)
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim

@@ -1,4 +1,4 @@
-"""FP8 weights for the lean forward (``decoder.weights: fp8``): W8A8, e4m3, row-wise scales.
+"""FP8 weights for the lean forward: ``decoder.weights: fp8`` (W8A8) and ``fp8_weight_only`` (W8A16).
 
 A weight matrix (N, K) is stored as e4m3 with one fp32 scale per output row (its absolute maximum over 448,
 e4m3's largest finite value), computed once at load from the bf16 checkpoint. At each product the
@@ -8,7 +8,8 @@ Inductor fuses into the next op). The scales are not handed to ``_scaled_mm`` it
 row-wise-scaled kernel is slower than bf16 at the decoder's M = 32..256 (8.2 vs 5.1 us for q/k/v at M = 32),
 while the unscaled one reads half the weight bytes as intended (docs/BENCHMARKS.md, "FP8 weights").
 ``dequantized_linear`` is the exact slow twin: the same quantised operands, dequantised to fp32 and
-multiplied by F.linear.
+multiplied by F.linear. ``fp8_weight_only`` keeps the same weights (``Fp8WeightOnly``) and leaves the
+activations in bf16: a Triton kernel converts the weights in registers (decoding/fp8_kernel.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ class Fp8Weight(NamedTuple):
     one: torch.Tensor  # () float32 1.0: _scaled_mm's own scales (kept here: no allocation per product)
 
 
+class Fp8WeightOnly(NamedTuple):
+    """An FP8 weight matrix for bf16 activations (W8A16: ``fp8_kernel.w8a16_linear``)."""
+
+    data: torch.Tensor  # (N, K) float8_e4m3fn
+    scale: torch.Tensor  # (1, N) float32
+
+
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` (M, K) as e4m3 with one fp32 scale per row: (M, K) FP8, (M, 1) scales. An all-zero row gets
     a tiny scale (its values stay zero)."""
@@ -43,11 +51,28 @@ def quantize_weight(weight: torch.Tensor) -> Fp8Weight:
     return Fp8Weight(data, scale.reshape(1, -1), torch.ones((), device=weight.device))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight) -> torch.Tensor:
-    """``x @ weight.T`` for a plain weight (F.linear) or an FP8 one (``fp8_linear``)."""
+def quantize_weight_only(weight: torch.Tensor) -> Fp8WeightOnly:
+    """``quantize_weight``'s FP8 weight for W8A16 products."""
+    data, scale = quantize_rows(weight.detach())
+    return Fp8WeightOnly(data, scale.reshape(1, -1))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight | Fp8WeightOnly) -> torch.Tensor:
+    """``x @ weight.T``: a plain weight by F.linear, FP8 by ``fp8_linear`` or ``weight_only_linear``."""
     if isinstance(weight, Fp8Weight):
         return fp8_linear(x, weight)
+    if isinstance(weight, Fp8WeightOnly):
+        return weight_only_linear(x, weight)
     return F.linear(x, weight)
+
+
+def weight_only_linear(x: torch.Tensor, weight: Fp8WeightOnly) -> torch.Tensor:
+    """``x`` (..., K) times an FP8 weight (N, K), activations as they are: the W8A16 kernel (its CPU
+    implementation is the dequantised twin)."""
+    from wamdiff2_ros.decoding.fp8_kernel import w8a16_linear
+
+    out = w8a16_linear(x.reshape(-1, x.shape[-1]), weight.data, weight.scale)
+    return out.view(*x.shape[:-1], -1)
 
 
 def fp8_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:

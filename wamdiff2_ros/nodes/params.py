@@ -115,9 +115,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
         "decoder.weights",
         _DECODE.weights,
-        "Text-layer weights of the fast backends: bf16 (the model's own) or fp8 (opt-in: W8A8 with row-wise "
-        "scales, quantised at load; half the weight bytes on Hopper-class GPUs; docs/DECISIONS.md says what "
-        "its accuracy is known to be).",
+        "Text-layer weights of the fast backends: bf16 (the model's own), fp8 (opt-in: W8A8 with row-wise "
+        "scales, quantised at load) or fp8_weight_only (opt-in: the same weights, bf16 activations, a "
+        "Triton kernel); docs/DECISIONS.md says what their speed and accuracy are known to be.",
         choices=WEIGHT_FORMATS,
     ),
     Param(
