@@ -105,10 +105,11 @@ def test_a_reference_to_a_later_step_is_refused(tmp_path) -> None:
         load_recipe(path)
 
 
-def test_the_default_model_recipe_loads_and_its_training_steps_are_valid_configs(tmp_path) -> None:
+@pytest.mark.parametrize("name", ["default_model", "seeing_model"])
+def test_the_committed_recipes_load_and_their_training_steps_are_valid_configs(tmp_path, name) -> None:
     from wamdiff2_ros.training.config import load_config
 
-    recipe = load_recipe("config/recipes/default_model.yaml")
+    recipe = load_recipe(f"config/recipes/{name}.yaml")
     assert recipe.names[-1] == "selection" and recipe.device == "cuda"
     for step in (s for s in recipe.steps if s["kind"] == "train"):
         keys = {**recipe.training, **step["set"], "model": "m", "out_dir": str(tmp_path)}
