@@ -90,10 +90,12 @@ def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
     assert int(eager[4]) == 1 and bool((eager[1] != masked).any())  # the step committed something
 
 
-def test_a_shared_decoder_must_match_the_compile_setting(tiny_model, planning_prompt):
+def test_a_shared_decoder_must_match_the_compile_and_weights_settings(tiny_model, planning_prompt):
     config = DecodeConfig(backend="sdpa", compile=True)
-    with pytest.raises(InputError, match="compile=False"):
+    with pytest.raises(InputError, match=r"\(False, 'bf16'\), the config \(True, 'bf16'\)"):
         FastDecoder(tiny_model, config, planning_prompt.length, LeanDecoder(tiny_model))
+    with pytest.raises(InputError, match="'fp8'"):
+        FastDecoder(tiny_model, DecodeConfig(backend="sdpa", weights="fp8"), 64, LeanDecoder(tiny_model))
 
 
 def test_compile_on_the_eager_backend_is_refused():
