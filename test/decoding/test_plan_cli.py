@@ -67,6 +67,13 @@ def test_backend_auto_on_the_cpu_is_sdpa(image_file, capsys):
     assert json.loads(capsys.readouterr().out)["config"]["backend"] == "sdpa"
 
 
+def test_plan_takes_fp8_weights_on_the_fast_path(image_file, capsys):
+    argv = ["plan", "--image", image_file, *STATE, "--preset", "tiny", "--block-size", "8", "--json"]
+    assert main([*argv, "--backend", "sdpa", "--weights", "fp8_weight_only"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["weights"] == "fp8_weight_only" and np.isfinite(report["waypoints"]).all()
+
+
 def test_resolve_backend_picks_flashinfer_only_where_installed_on_cuda(monkeypatch):
     assert [resolve_backend(name, "cuda") for name in ("eager", "sdpa", "flashinfer")] == [
         "eager",
