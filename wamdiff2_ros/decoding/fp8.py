@@ -3,10 +3,11 @@
 A weight matrix (N, K) is stored as e4m3 with one fp32 scale per output row (its absolute maximum over 448,
 e4m3's largest finite value), computed once at load from the bf16 checkpoint. At each product the
 activations (M, K) are quantised the same way per row (per token); ``torch._scaled_mm`` multiplies the two
-FP8 operands into fp32 and the two scale vectors are applied after it (an elementwise multiply that
-Inductor fuses into the next op). The scales are not handed to ``_scaled_mm`` itself: on the H200 its
-row-wise-scaled kernel is slower than bf16 at the decoder's M = 32..256 (8.2 vs 5.1 us for q/k/v at M = 32),
-while the unscaled one reads half the weight bytes as intended (docs/BENCHMARKS.md, "FP8 weights").
+FP8 operands into fp32 and the two scale vectors are applied after it, by an elementwise multiply. The
+scales are not handed to ``_scaled_mm`` itself: on the H200 its row-wise-scaled kernel is slower than bf16
+at the decoder's M = 32..256 (8.2 vs 5.1 us for q/k/v at M = 32), the unscaled one faster. The whole
+forward is still slower than bf16, since the quantisation and the multiply are kernels of their own
+(docs/BENCHMARKS.md, "FP8 weights").
 ``dequantized_linear`` is the exact slow twin: the same quantised operands, dequantised to fp32 and
 multiplied by F.linear. ``fp8_weight_only`` keeps the same weights (``Fp8WeightOnly``) and leaves the
 activations in bf16: a Triton kernel converts the weights in registers (decoding/fp8_kernel.py).
@@ -24,7 +25,7 @@ FP8_MAX = torch.finfo(FP8).max  # 448
 
 
 class Fp8Weight(NamedTuple):
-    """A weight matrix in FP8 (a tuple: torch.compile and CUDA graphs take it like any pair of tensors)."""
+    """A weight matrix in FP8 (a tuple: torch.compile and CUDA graphs take it like any tensors)."""
 
     data: torch.Tensor  # (N, K) float8_e4m3fn
     scale: torch.Tensor  # (1, N) float32: row n of the weight is data[n] * scale[0, n]
