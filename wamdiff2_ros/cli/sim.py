@@ -101,31 +101,22 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_dagger(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.decoding.planner import Planner
-    from wamdiff2_ros.eval.model_policy import ModelPolicy, model_policy_factory
-    from wamdiff2_ros.geometry import Camera
-    from wamdiff2_ros.model.prompt import min_int_digits_of
-    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
-    from wamdiff2_ros.sim.dagger import generate_dagger
-    from wamdiff2_ros.sim.dataset import GenerateConfig
+    from wamdiff2_ros.eval.model_policy import model_dagger_data
 
-    decode = DecodeConfig(block_size=args.block_size, steps=args.steps, grammar=True)
-    policy = ModelPolicy(Planner.from_settings(decode, checkpoint=args.model or None))
-    camera = Camera().scaled_to_width(args.width)
-    config = GenerateConfig(
-        out_dir=args.out,
-        samples=args.samples,
-        seed=args.seed,
-        camera=camera,
-        stride_s=args.stride_s,
-        min_int_digits=min_int_digits_of(policy.planner.loaded.model.config),  # the model's number style
-    )
-    loop = ClosedLoopConfig(
-        route_length_m=args.route_m, max_duration_s=args.max_s, plan_hz=args.plan_hz, camera=camera
-    )
     start_s = time.perf_counter()
-    summary = generate_dagger(config, model_policy_factory(policy), loop)
-    summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2), **policy.counters()}
+    summary = model_dagger_data(
+        args.out,
+        args.samples,
+        checkpoint=args.model or None,
+        seed=args.seed,
+        width=args.width,
+        stride_s=args.stride_s,
+        route_m=args.route_m,
+        max_s=args.max_s,
+        plan_hz=args.plan_hz,
+        block_size=args.block_size,
+        steps=args.steps,
+    )
+    summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2)}
     print(json.dumps(summary, indent=2))
     return 0

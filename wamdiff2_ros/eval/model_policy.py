@@ -10,6 +10,8 @@ than ending the episode.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
@@ -112,3 +114,42 @@ def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:
         return policy
 
     return factory
+
+
+def model_dagger_data(
+    out_dir: Path,
+    samples: int,
+    *,
+    checkpoint: str | None = None,
+    seed: int = 0,
+    width: int = 640,
+    stride_s: float = 1.0,
+    route_m: float = 400.0,
+    max_s: float = 20.0,
+    plan_hz: float = 2.0,
+    block_size: int = 32,
+    steps: int = 8,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict:
+    """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
+    the model's own number style; ``generate``'s summary plus the policy's counters."""
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.model.prompt import min_int_digits_of
+    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
+    from wamdiff2_ros.sim.dagger import generate_dagger
+    from wamdiff2_ros.sim.dataset import GenerateConfig
+
+    decode = DecodeConfig(block_size=block_size, steps=steps, grammar=True)
+    policy = ModelPolicy(Planner.from_settings(decode, checkpoint=checkpoint, device=device))
+    camera = Camera().scaled_to_width(width)
+    config = GenerateConfig(
+        out_dir=Path(out_dir),
+        samples=samples,
+        seed=seed,
+        camera=camera,
+        stride_s=stride_s,
+        min_int_digits=min_int_digits_of(policy.planner.loaded.model.config),
+    )
+    loop = ClosedLoopConfig(route_length_m=route_m, max_duration_s=max_s, plan_hz=plan_hz, camera=camera)
+    return generate_dagger(config, model_policy_factory(policy), loop, progress) | policy.counters()

@@ -171,31 +171,18 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
 
 
 def _dagger(step: dict[str, Any], context: _Context) -> Path:
-    from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.decoding.planner import Planner
-    from wamdiff2_ros.eval.model_policy import ModelPolicy, model_policy_factory
-    from wamdiff2_ros.geometry import Camera
-    from wamdiff2_ros.model.prompt import min_int_digits_of
-    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
-    from wamdiff2_ros.sim.dagger import generate_dagger
-    from wamdiff2_ros.sim.dataset import GenerateConfig
+    from wamdiff2_ros.eval.model_policy import model_dagger_data
 
-    decode = DecodeConfig(block_size=step.get("block_size", 32), steps=step.get("steps", 8), grammar=True)
-    device = "cuda" if context.device.startswith("cuda") else "cpu"
-    planner = Planner.from_settings(decode, checkpoint=str(context.output(step["model"])), device=device)
-    camera = Camera().scaled_to_width(step.get("width", 192))
     out = context.folder(step)
-    config = GenerateConfig(
-        out_dir=out,
-        samples=step["samples"],
-        seed=step.get("seed", 0),
-        camera=camera,
-        min_int_digits=min_int_digits_of(planner.loaded.model.config),
+    keys = ("seed", "width", "route_m", "max_s", "block_size", "steps")
+    model_dagger_data(
+        out,
+        step["samples"],
+        checkpoint=str(context.output(step["model"])),
+        device="cuda" if context.device.startswith("cuda") else "cpu",
+        progress=False,
+        **{"width": 192, **{key: step[key] for key in keys if key in step}},
     )
-    loop = ClosedLoopConfig(
-        route_length_m=step.get("route_m", 400.0), max_duration_s=step.get("max_s", 20.0), camera=camera
-    )
-    generate_dagger(config, model_policy_factory(ModelPolicy(planner)), loop, progress=False)
     return out
 
 
