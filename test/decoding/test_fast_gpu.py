@@ -329,9 +329,12 @@ def test_compiled_graphed_fp8_forward_matches_uncompiled_fp8_and_stays_near_bf16
     assert 0 < error < 0.1, f"fp8 logits {error:.3g} from bf16"
 
 
-def test_compiled_fp8_graphed_loop_agrees_with_uncompiled_fp8(bf16_model, tokenizer, planning_prompt):
+@pytest.mark.parametrize("weights", ["fp8", "fp8_weight_only"])
+def test_compiled_fp8_graphed_loop_agrees_with_uncompiled_fp8(
+    bf16_model, tokenizer, planning_prompt, weights
+):
     settings = {"block_size": 8, "steps": 8, "commit_rule": "low_confidence_static", "max_new_tokens": 32}
-    settings.update(backend="sdpa", cuda_graphs=True, candidates=4, weights="fp8")
+    settings.update(backend="sdpa", cuda_graphs=True, candidates=4, weights=weights)
     plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
     fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
     assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]
@@ -348,11 +351,3 @@ def test_w8a16_kernel_on_cuda_is_its_dequantised_twin(rows, shape):
     twin = torch.nn.functional.linear(x.float(), weight.data.float() * weight.scale.reshape(-1, 1))
     error = _relative_error(fp8_kernel.w8a16_linear(x, weight.data, weight.scale), twin)
     assert error < 1e-2, f"relative error {error:.3g}"
-
-
-def test_compiled_graphed_weight_only_fp8_loop_agrees_with_uncompiled(bf16_model, tokenizer, planning_prompt):
-    settings = {"block_size": 8, "steps": 8, "commit_rule": "low_confidence_static", "max_new_tokens": 32}
-    settings.update(backend="sdpa", cuda_graphs=True, candidates=4, weights="fp8_weight_only")
-    plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
-    fast = _decode(bf16_model, tokenizer, planning_prompt, compile=True, **settings)
-    assert [c.token_ids[:8] for c in fast.candidates] == [c.token_ids[:8] for c in plain.candidates]
