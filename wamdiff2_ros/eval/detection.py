@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.eval.scoring import box_ground_points
 from wamdiff2_ros.geometry import Camera
 
 # Distance bands (metres ahead along the ground) of ``detection_map_by_distance``: near, the cars the ego
@@ -107,11 +108,7 @@ def detection_map(truth: dict[str, ImageDetections], predictions: dict[str, Imag
 def box_distances_m(boxes_px: np.ndarray, camera: Camera) -> np.ndarray:
     """Ground distance ahead (m) of each box's bottom centre through ``camera`` (flat ground, as the online
     scorer places boxes); a box whose bottom edge is at or above the horizon is infinitely far."""
-    boxes = np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4)
-    if not len(boxes):
-        return np.zeros(0)
-    ground = camera.pixel_to_ground(np.stack([(boxes[:, 0] + boxes[:, 2]) / 2.0, boxes[:, 3]], axis=1))
-    distances = np.linalg.norm(ground, axis=1)
+    distances = np.linalg.norm(box_ground_points(boxes_px, camera), axis=1)
     return np.where(np.isfinite(distances), distances, np.inf)
 
 

@@ -36,6 +36,15 @@ class ScorerSettings:
     agent_width_m: float = 1.9
 
 
+def box_ground_points(boxes_px: np.ndarray, camera: Camera) -> np.ndarray:
+    """The ground point (N, 2, ego frame) under each box's bottom centre through ``camera`` (flat ground);
+    NaN rows for boxes whose bottom edge is at or above the horizon."""
+    boxes = np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4)
+    if not len(boxes):
+        return np.zeros((0, 2))
+    return camera.pixel_to_ground(np.stack([(boxes[:, 0] + boxes[:, 2]) / 2.0, boxes[:, 3]], axis=1))
+
+
 def agents_from_boxes(boxes_px: np.ndarray, camera: Camera, settings: ScorerSettings) -> Agents:
     """Detected vehicles as static agents in the ego frame.
 
@@ -47,9 +56,7 @@ def agents_from_boxes(boxes_px: np.ndarray, camera: Camera, settings: ScorerSett
     Returns:
         One agent per box whose bottom edge meets the ground ahead (boxes at or above the horizon: none).
     """
-    boxes = np.asarray(boxes_px, dtype=np.float64).reshape(-1, 4)
-    bottom_centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2.0, boxes[:, 3]], axis=1)
-    rears = camera.pixel_to_ground(bottom_centres) if len(boxes) else np.zeros((0, 2))
+    rears = box_ground_points(boxes_px, camera)
     rears = rears[np.all(np.isfinite(rears), axis=1)]
     centres = rears + np.array([settings.agent_length_m / 2.0, 0.0])
     poses = np.zeros((len(centres), NUM_WAYPOINTS, 3))
