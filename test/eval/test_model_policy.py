@@ -19,6 +19,7 @@ def test_model_policy_drives_a_closed_loop_episode(tiny_model, tokenizer, tmp_pa
     argv = ["eval", "closed-loop", "--policy", "model", "--policy", "model-scored", "--policy"]
     argv += ["constant-velocity", "--model"]
     argv += [str(checkpoint), "--episodes", "1", "--max-s", "2", "--block-size", "8", "--steps", "4"]
+    argv += ["--detect-every", "2"]
     assert main([*argv, "--image-width", "192", "--out", str(tmp_path / "report")]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     model = report["policies"]["model"]

@@ -89,13 +89,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="policy to drive (repeatable; default both baselines); model: --model, else the bundled "
         "default, driving its greedy plan; model-scored: as the planner and scorer nodes run together (4 "
-        "candidates, a detection answer every 5th plan, the online scorer's pick)",
+        "candidates, a detection answer every --detect-every plans, the online scorer's pick)",
     )
     closed_loop.add_argument("--model", default="", help="checkpoint folder of the model policy")
     closed_loop.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
     closed_loop.add_argument("--steps", type=int, default=PLAN_STEPS, help="model policy's steps per block")
     closed_loop.add_argument(
         "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
+    )
+    closed_loop.add_argument(
+        "--detect-every",
+        type=int,
+        default=5,
+        help="model-scored: plans between detection answers (the node's output.detections_every_n, 5)",
     )
     closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
     closed_loop.add_argument("--seed", type=int, default=0, help="first scene seed (default 0)")
@@ -332,7 +338,8 @@ def _model_policy(args: argparse.Namespace, scored: bool, camera):
             temperature=0.7,
             greedy_first=True,
         )
-        return ScoredModelPolicy(Planner.from_settings(config, checkpoint=args.model or None), camera)
+        planner = Planner.from_settings(config, checkpoint=args.model or None)
+        return ScoredModelPolicy(planner, camera, detect_every=args.detect_every)
     return ModelPolicy(Planner.from_settings(config, checkpoint=args.model or None))
 
 

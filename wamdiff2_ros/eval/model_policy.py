@@ -63,9 +63,10 @@ class ModelPolicy:
 
 class ScoredModelPolicy(ModelPolicy):
     """The planner and scorer nodes in the loop: the planner's K candidates, its detection answer after
-    every ``detect_every``-th plan (the boxes kept in between, as the scorer keeps the latest), and the
-    candidate the online PDM scorer selects. Counts how often the scorer drove another candidate than the
-    greedy one, and how often it did so because candidate 0 hit a detected vehicle.
+    every ``detect_every``-th plan (the boxes kept in between, as the scorer keeps the latest, so a plan is
+    scored against the boxes of an earlier frame), and the candidate the online PDM scorer selects. Counts
+    how often the scorer drove another candidate than the greedy one, and how often it did so because
+    candidate 0 hit a detected vehicle.
 
     Args:
         planner: the model, configured with K > 1 candidates (the node's: candidate 0 greedy).
@@ -85,18 +86,20 @@ class ScoredModelPolicy(ModelPolicy):
 
     def __call__(self, observation: Observation) -> np.ndarray:
         parsed = self._candidates(observation)
-        if (self.plans - 1) % self.detect_every == 0:
+        if not parsed:
+            plan = constant_velocity_waypoints(observation.velocity_ego_mps)
+            self.fallbacks += 1
+        else:  # scored against the latest boxes: the node detects after it has published the plan
+            agents = agents_from_boxes(self.boxes_px, self.camera, self.settings)
+            scores, selected = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
+            plan = parsed[selected]
+            if selected != 0:
+                self.scorer_changed += 1
+                self.colliding_greedy_dropped += scores[0]["no_collision"] == 0.0
+        if self.plans % self.detect_every == 0:  # after every detect_every-th plan, as the planner node
             answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
             self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
-        if not parsed:
-            self.fallbacks += 1
-            return constant_velocity_waypoints(observation.velocity_ego_mps)
-        agents = agents_from_boxes(self.boxes_px, self.camera, self.settings)
-        scores, selected = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
-        if selected != 0:
-            self.scorer_changed += 1
-            self.colliding_greedy_dropped += scores[0]["no_collision"] == 0.0
-        return parsed[selected]
+        return plan
 
     def counters(self) -> dict:
         """The model's counters, plus detections run and the scorer's choices."""
