@@ -61,7 +61,7 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     run = tmp_path / "run"
     assert (run / "recipe.yaml").exists() and "finished" in (run / "recipe.log").read_text()
     again: list[str] = []
-    assert run_recipe(recipe, log=again.append) == outputs
+    assert run_recipe(load_recipe(run / "recipe.yaml"), log=again.append) == outputs  # its own copy resumes
     assert len(again) == len(recipe.names) and all("done earlier" in line for line in again)
 
 

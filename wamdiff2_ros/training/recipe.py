@@ -113,7 +113,8 @@ def run_recipe(
         raise InputError(f"--until {until!r} is not a step of {recipe.path}: {recipe.names}")
     run = Path(run_dir or recipe.run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(recipe.path, run / "recipe.yaml")  # what the run was made from, beside it
+    if recipe.path.resolve() != (run / "recipe.yaml").resolve():  # what the run was made from, beside it
+        shutil.copyfile(recipe.path, run / "recipe.yaml")
     state_path = run / STATE
     outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
     context = _Context(run, device or recipe.device, recipe.training, outputs)
