@@ -91,6 +91,7 @@ class _StandStill:
 def test_a_policy_that_stops_stalls_and_the_episode_says_so():
     from wamdiff2_ros.eval.closed_loop import failure_mode
 
-    result = run_episode(QUIET_HIGHWAY_SEED, lambda scene: _StandStill(), CONFIG, "highway")
+    short = ClosedLoopConfig(route_length_m=100.0, max_duration_s=10.0)  # brakes in ~3.6 s, then stands
+    result = run_episode(QUIET_HIGHWAY_SEED, lambda scene: _StandStill(), short, "highway")
     assert result.end_reason == "timeout" and result.standstill_s >= 5.0
     assert result.collision_heading_deg is None and failure_mode(result) == "stall"
