@@ -175,14 +175,15 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.eval.model_policy import model_dagger_data
 
     out = context.folder(step)
-    keys = ("seed", "width", "route_m", "max_s", "block_size", "steps")
+    optional = {key: step[key] for key in ("seed", "route_m", "max_s", "block_size", "steps") if key in step}
     model_dagger_data(
         out,
         step["samples"],
         checkpoint=str(context.output(step["model"])),
+        width=step.get("width", 192),  # the training renders' width, as the generate step's default
         device="cuda" if context.device.startswith("cuda") else "cpu",
         progress=False,
-        **{"width": 192, **{key: step[key] for key in keys if key in step}},
+        **optional,
     )
     return out
 
