@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from policies import constant_velocity, constant_velocity_factory
 
-from wamdiff2_ros.eval.baselines import ConstantVelocityPolicy
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
 from wamdiff2_ros.sim.dagger import episode_samples, generate_dagger
@@ -18,14 +18,10 @@ CAMERA = Camera().scaled_to_width(128)
 LOOP = ClosedLoopConfig(route_length_m=400.0, max_duration_s=9.0, camera=CAMERA)
 
 
-def _constant_velocity(scene):
-    return ConstantVelocityPolicy()
-
-
 def test_the_expert_labels_the_states_a_straight_driving_policy_reaches(tmp_path) -> None:
     config = GenerateConfig(out_dir=tmp_path, samples=4, seed=0, camera=CAMERA)
     # Scene seed 2: a curvy highway that constant velocity drifts off (at 8.5 s, 15 m from the route).
-    samples = episode_samples(2, config, _constant_velocity, LOOP)
+    samples = episode_samples(2, config, constant_velocity, LOOP)
     assert len(samples) == 4  # ticks 10, 20, 30, 40 have a 4 s horizon before the episode ends
     lateral = [np.abs(np.array(s["truth"]["waypoints_ego"])[:, 1]).max() for s in samples]
     # The expert's plans from the drifting states steer back, more the farther the drift went.
@@ -35,7 +31,7 @@ def test_the_expert_labels_the_states_a_straight_driving_policy_reaches(tmp_path
 
 def test_dagger_data_is_a_generate_folder(tmp_path) -> None:
     config = GenerateConfig(out_dir=tmp_path, samples=3, seed=2, camera=CAMERA)
-    summary = generate_dagger(config, _constant_velocity, LOOP, progress=False)
+    summary = generate_dagger(config, constant_velocity_factory, LOOP, progress=False)
     assert summary["samples"] == 3
     records = load_records(tmp_path / "planning.json", "planning")
     assert len(records) == 3 and all(r.image_path.exists() for r in records)
@@ -43,3 +39,12 @@ def test_dagger_data_is_a_generate_folder(tmp_path) -> None:
     assert (tmp_path / "camera.json").exists() and len(
         (tmp_path / "ground_truth.jsonl").read_text().splitlines()
     ) == 3
+
+
+def test_workers_write_the_samples_one_process_writes(tmp_path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out, workers in ((one, 1), (two, 2)):
+        config = GenerateConfig(out_dir=out, samples=5, seed=2, camera=CAMERA)
+        generate_dagger(config, constant_velocity_factory, LOOP, progress=False, workers=workers)
+    assert (one / "planning.json").read_text() == (two / "planning.json").read_text()
+    assert (one / "ground_truth.jsonl").read_text() == (two / "ground_truth.jsonl").read_text()

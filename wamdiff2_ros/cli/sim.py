@@ -70,6 +70,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     dagger.add_argument("--plan-hz", type=float, default=2.0, help="the model's planning rate (default 2)")
     dagger.add_argument("--block-size", type=int, default=32, help="the model's block size B (default 32)")
     dagger.add_argument("--steps", type=int, default=8, help="denoising steps per block (default 8)")
+    dagger.add_argument(
+        "--workers", type=int, default=1, help="CPU processes driving episodes side by side (default 1)"
+    )
     dagger.set_defaults(func=run_dagger)
 
 
@@ -116,6 +119,7 @@ def run_dagger(args: argparse.Namespace) -> int:
         plan_hz=args.plan_hz,
         block_size=args.block_size,
         steps=args.steps,
+        workers=args.workers,
     )
     summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2)}
     print(json.dumps(summary, indent=2))

@@ -10,14 +10,19 @@ than ending the episode.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
 from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
 from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.sim.closed_loop import Observation, PolicyFactory
 from wamdiff2_ros.sim.scenes import Scene
@@ -119,6 +124,24 @@ def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:
     return factory
 
 
+@dataclass(frozen=True)
+class ModelPolicySource:
+    """Builds a ``model_policy_factory`` where it is called (it pickles, so a spawned DAgger worker loads
+    its own copy of the model); ``threads`` caps torch's threads in that process."""
+
+    decode: DecodeConfig
+    checkpoint: str | None = None
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __call__(self) -> PolicyFactory:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        return model_policy_factory(
+            ModelPolicy(Planner.from_settings(self.decode, checkpoint=self.checkpoint, device=self.device))
+        )
+
+
 def model_dagger_data(
     out_dir: Path,
     samples: int,
@@ -133,18 +156,21 @@ def model_dagger_data(
     block_size: int = 32,
     steps: int = 8,
     device: str = "cpu",
+    workers: int = 1,
     progress: bool = True,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
-    the model's own number style; ``generate``'s summary plus the policy's counters."""
-    from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.model.prompt import min_int_digits_of
+    the model's own number style; ``generate``'s summary. ``workers`` > 1: that many CPU processes of one
+    thread each drive episodes side by side (``device`` is then ignored: a tiny model's plan is bound by
+    the host, and 16 cores plan faster than one GPU stream)."""
+    from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
     from wamdiff2_ros.sim.dagger import generate_dagger
     from wamdiff2_ros.sim.dataset import GenerateConfig
 
     decode = DecodeConfig(block_size=block_size, steps=steps, grammar=True)
-    policy = ModelPolicy(Planner.from_settings(decode, checkpoint=checkpoint, device=device))
+    parallel = workers > 1
+    source = ModelPolicySource(decode, checkpoint, "cpu" if parallel else device, 1 if parallel else None)
     camera = Camera().scaled_to_width(width)
     config = GenerateConfig(
         out_dir=Path(out_dir),
@@ -152,7 +178,9 @@ def model_dagger_data(
         seed=seed,
         camera=camera,
         stride_s=stride_s,
-        min_int_digits=min_int_digits_of(policy.planner.loaded.model.config),
+        min_int_digits=json.loads((Path(checkpoint or default_model_dir()) / "config.json").read_text()).get(
+            MIN_INT_DIGITS_KEY, 1
+        ),
     )
     loop = ClosedLoopConfig(route_length_m=route_m, max_duration_s=max_s, plan_hz=plan_hz, camera=camera)
-    return generate_dagger(config, model_policy_factory(policy), loop, progress) | policy.counters()
+    return generate_dagger(config, source, loop, progress, workers)

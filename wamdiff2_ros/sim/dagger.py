@@ -10,7 +10,9 @@ planning answer is the expert's plan from the reached state; detection and QA de
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import multiprocessing
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -60,15 +62,55 @@ def episode_samples(
 
 
 def generate_dagger(
-    config: GenerateConfig, policy_factory: PolicyFactory, loop: ClosedLoopConfig, progress: bool = True
+    config: GenerateConfig,
+    make_policy: Callable[[], PolicyFactory],
+    loop: ClosedLoopConfig,
+    progress: bool = True,
+    workers: int = 1,
 ) -> dict:
-    """Write ``config.samples`` DAgger samples (episodes of seeds ``episode_seed(config.seed, e)``, one at a
-    time: the policy is usually a model) into ``config.out_dir``; ``generate``'s summary. A policy whose
-    episodes end within 5 s gives no samples: after ``MAX_EPISODES_PER_SAMPLE`` episodes per sample asked
-    for, what there is gets written (the summary says how many)."""
+    """Write ``config.samples`` DAgger samples (episodes of seeds ``episode_seed(config.seed, e)``) into
+    ``config.out_dir``; ``generate``'s summary. A policy whose episodes end within 5 s gives no samples:
+    after ``MAX_EPISODES_PER_SAMPLE`` episodes per sample asked for, what there is gets written (the summary
+    says how many).
+
+    Args:
+        make_policy: builds the policy factory, once per process (with ``workers`` > 1 it crosses to
+            spawned processes, so it must pickle: a module-level function or a dataclass instance).
+        workers: processes driving episodes side by side; the samples are those of one process (episodes
+            are taken in order and each is seeded by its index).
+    """
+    limit = MAX_EPISODES_PER_SAMPLE * config.samples
 
     def episodes() -> Iterator[list[dict]]:
-        for episode in range(MAX_EPISODES_PER_SAMPLE * config.samples):
-            yield episode_samples(episode, config, policy_factory, loop)
+        if workers <= 1:
+            factory = make_policy()
+            for episode in range(limit):
+                yield episode_samples(episode, config, factory, loop)
+            return
+        # spawn, not fork: a model's threads and CUDA state do not survive a fork
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(workers) as pool:
+            for start in itertools.count(0, 4 * workers):
+                batch = [
+                    (e, config, loop, make_policy) for e in range(start, min(start + 4 * workers, limit))
+                ]
+                if not batch:
+                    return
+                yield from pool.imap(_worker_episode, batch)
 
     return generate(config, progress, episodes())
+
+
+_worker_factory: PolicyFactory | None = None  # a worker process's, built by its first episode
+
+
+def _worker_episode(
+    job: tuple[int, GenerateConfig, ClosedLoopConfig, Callable[[], PolicyFactory]],
+) -> list[dict]:
+    # Built here rather than in a Pool initializer: an initializer's exception respawns workers forever,
+    # a job's reaches the parent.
+    global _worker_factory
+    episode, config, loop, make_policy = job
+    if _worker_factory is None:
+        _worker_factory = make_policy()
+    return episode_samples(episode, config, _worker_factory, loop)

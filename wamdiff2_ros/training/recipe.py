@@ -3,12 +3,15 @@
 A recipe (``config/recipes/*.yaml``) names a run folder, the device, the training keys every training step
 shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``:
 
-- ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``) -> a data folder.
+- ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``, ``workers``) -> a
+  data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
-  (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``) -> a data folder.
+  (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
+  driving episodes side by side on the CPU) -> a data folder.
 - ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
-  ``hidden``; ``vocab_from``: data steps whose ids the vocabulary keeps) -> a checkpoint.
+  ``hidden``, ``vision_depth``, ``vision_hidden``; ``vocab_from``: data steps whose ids the vocabulary
+  keeps) -> a checkpoint.
 - ``train``: one training stage (``stage``: sft, adapt or distill; ``config``: its YAML; ``model`` and for
   distillation ``teacher``: earlier steps; ``data``: a data step; ``set``: keys over the config) -> the
   stage's last phase's final checkpoint.
@@ -19,10 +22,12 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
-``recipe_state.json``; running the recipe again skips finished steps, and a training step cut short (a GPU
-job's time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs (its
-``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase from its start in this
-process). The log (``recipe.log`` in the run folder) says when each step started and ended.
+``recipe_state.json``; running the recipe again skips finished steps whose output is still there (a run
+folder carried to a fresh machine without its data folders makes them again, from the same seeds), and a
+training step cut short (a GPU job's time limit) continues from its newest checkpoint, so a recipe spans as
+many jobs as it needs (its ``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase
+from its start in this process). The log (``recipe.log`` in the run folder) says when each step started and
+ended.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from wamdiff2_ros.errors import InputError
 KINDS = ("generate", "dagger", "merge", "init", "train", "reduce_vocabulary", "pack", "evaluate")
 REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
+INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ def run_recipe(
     for index, step in enumerate(recipe.steps, 1):
         name = step["name"]
         prefix = f"[{index}/{len(recipe.steps)}] {name} ({step['kind']})"
-        if name in outputs:
+        if name in outputs and Path(outputs[name]).exists():
             note(f"{prefix}: done earlier -> {outputs[name]}")
         else:
             note(f"{prefix}: started")
@@ -175,7 +181,11 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.eval.model_policy import model_dagger_data
 
     out = context.folder(step)
-    optional = {key: step[key] for key in ("seed", "route_m", "max_s", "block_size", "steps") if key in step}
+    optional = {
+        key: step[key]
+        for key in ("seed", "route_m", "max_s", "block_size", "steps", "workers")
+        if key in step
+    }
     model_dagger_data(
         out,
         step["samples"],
@@ -215,7 +225,7 @@ def _init(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.model.checkpoint import save_checkpoint
     from wamdiff2_ros.training.initial import initial_model
 
-    shape = {key: step[key] for key in ("seed", "layers", "intermediate", "hidden") if key in step}
+    shape = {key: step[key] for key in INIT_SHAPE_KEYS if key in step}
     out = context.folder(step)
     save_checkpoint(initial_model(**shape, kept_ids=_kept_ids(step, context)), out)
     return out
