@@ -7,7 +7,8 @@
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
 # versions of requirements/base.txt). The run folder stays on the machine while it is
 # warm, so the next job resumes it; $OUT gets recipe.log, recipe_state.json, every evaluation's metrics and
-# a tarball of the newest finished checkpoints (runs/<name>/<step> without its data), at most 16 MiB.
+# a tarball of every training step's metrics.jsonl and the newest finished checkpoints (without the data),
+# at most 16 MiB.
 set -uo pipefail
 recipe=$1 run=$2 seconds=$3
 shift 3
@@ -27,7 +28,9 @@ state = json.loads((run / "recipe_state.json").read_text()) if (run / "recipe_st
 metrics = {name: json.loads(Path(path).read_text()) for name, path in state.items() if path.endswith("metrics.json")}
 (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
 models = [Path(p) for p in state.values() if (Path(p) / "model.safetensors").exists()]
-with tarfile.open(out / "models.tar.gz", "w:gz") as tar:  # newest first, while under 16 MiB
+with tarfile.open(out / "models.tar.gz", "w:gz") as tar:  # the loss curves, then models newest first
+    for curve in run.glob("*/metrics.jsonl"):
+        tar.add(curve, arcname=str(curve.relative_to(run.parent)))
     for model in sorted(models, key=lambda p: p.stat().st_mtime, reverse=True):
         size = sum(f.stat().st_size for f in model.iterdir() if f.is_file() and f.name != "tokenizer.json")
         if (out / "models.tar.gz").stat().st_size + size > 14 * 2**20:

@@ -5,6 +5,7 @@ three: they differ only in their config, which test_stages.py covers), a second 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ def _recipe(tmp_path: Path) -> Path:
         "training": {"num_workers": 0, "max_new_tokens": 96},
         "steps": [
             {"name": "scenes", "kind": "generate", "samples": 4, "seed": 5, "width": 128, "workers": 1},
-            {"name": "init", "kind": "init", "layers": 1, "intermediate": 64, "hidden": 64},
+            {"name": "init", "kind": "init", "layers": 1, "intermediate": 64, "hidden": 64, "vision_depth": 3,
+             "vision_hidden": 64},
             {
                 "name": "teacher",
                 "kind": "train",
@@ -58,11 +60,18 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert all(Path(item["image"][0]).exists() for item in merged)
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report
+    vision = json.loads((Path(outputs["init"]) / "config.json").read_text())["vision_config"]
+    assert (vision["depth"], vision["hidden_size"], vision["deepstack_visual_indexes"]) == (3, 64, [1, 2])
     run = tmp_path / "run"
     assert (run / "recipe.yaml").exists() and "finished" in (run / "recipe.log").read_text()
     again: list[str] = []
     assert run_recipe(load_recipe(run / "recipe.yaml"), log=again.append) == outputs  # its own copy resumes
     assert len(again) == len(recipe.names) and all("done earlier" in line for line in again)
+    shutil.rmtree(outputs["scenes"])  # a run folder carried without its data makes the data again
+    third: list[str] = []
+    run_recipe(recipe, log=third.append)
+    assert [line for line in third if "finished" in line] == [third[1]] and "scenes" in third[1]
+    assert (Path(outputs["scenes"]) / "planning.json").exists()
 
 
 def test_until_stops_after_the_named_step(tmp_path) -> None:
@@ -92,7 +101,7 @@ def test_the_committed_recipes_load_and_their_training_steps_are_valid_configs(t
     from wamdiff2_ros.training.config import load_config
 
     recipe = load_recipe(f"config/recipes/{name}.yaml")
-    assert recipe.names[-1] == "selection" and recipe.device == "cuda"
+    assert {"bundled", "heldout", "selection"} <= set(recipe.names) and recipe.device == "cuda"
     for step in (s for s in recipe.steps if s["kind"] == "train"):
         keys = {**recipe.training, **step["set"], "model": "m", "out_dir": str(tmp_path)}
         config = load_config(step["config"], [f"{key}={json.dumps(value)}" for key, value in keys.items()])
