@@ -100,9 +100,10 @@ generator = torch.Generator().manual_seed(2)
 for rows, columns, depth in ((5, 48, 64), (32, 96, 256), (70, 40, 200)):  # ragged edges in every dim
     weight = fp8.quantize_weight_only(torch.randn(columns, depth, generator=generator))
     x = torch.randn(rows, depth, generator=generator).bfloat16()
-    kernel = fp8_kernel.launch(x, weight.data, weight.scale).float()
     twin = fp8_kernel.w8a16_linear(x, weight.data, weight.scale).float()
-    assert (kernel - twin).abs().max() <= 2**-7 * twin.abs().max(), (rows, columns, depth)  # a bf16 rounding
+    for config in (None, fp8_kernel.KernelConfig(16, 32, 64, warps=8, stages=4)):  # the default, a swept one
+        kernel = fp8_kernel.launch(x, weight.data, weight.scale, config).float()
+        assert (kernel - twin).abs().max() <= 2**-7 * twin.abs().max(), (rows, columns, depth, config)  # bf16
 """
 
 

@@ -7,10 +7,12 @@ Inductor max-autotune at M = 32). fp8: the same at M = 32..256 and 2,106 (the 10
 block's 32 queries (16 query / 8 KV heads of 128) over ~2.1k cached keys, 28 layers in one CUDA graph,
 through FlashInfer's kernel families (fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at
 other key counts against SDPA; and through plain torch ops.
-Each number is the median of 15 graph replays of 20 (gemm) or 28 (attention) calls.
+w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
+matches the twin, against ``kernel_config``'s). Each number is the median of 15 graph replays of 20 (gemm,
+w8a16) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention] (the parts to run; default all).
+[gemm,fp8,attention,w8a16] (the parts to run; default all but w8a16).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -232,10 +234,56 @@ def attention() -> dict[str, dict[str, object]]:
     return results
 
 
+def w8a16() -> dict[str, object]:
+    """The W8A16 kernel's launch swept per product and M: every tile, warp and stage count below, each
+    checked against the dequantised twin; the fastest per shape beside ``kernel_config``'s choice and bf16."""
+    import itertools
+
+    from wamdiff2_ros.decoding import fp8_kernel
+    from wamdiff2_ros.decoding.fp8 import quantize_weight_only
+
+    tiles = list(itertools.product((16, 32, 64, 128), (128, 256, 512), (4, 8), (3, 4, 5)))
+    results: dict[str, object] = {}
+    for rows in (32, 64, 128, 256):
+        # one tile of M up to 64 rows: a taller tile re-reads the weights less and costs registers
+        block_m = min(rows, 64)
+        for name, (n, k) in SHAPES.items():
+            dense = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16) * 0.02
+            weight = quantize_weight_only(dense)
+            x = torch.randn(rows, k, device=DEVICE, dtype=torch.bfloat16)
+            twin = F.linear(x.float(), weight.data.float() * weight.scale.reshape(-1, 1))
+            timed = {}
+            for config in (fp8_kernel.KernelConfig(block_m, *tile) for tile in tiles):
+                try:
+                    out = fp8_kernel.launch(x, weight.data, weight.scale, config)
+                except Exception:  # a tile whose stages do not fit in shared memory does not compile
+                    continue
+                if (out.float() - twin).abs().max() > 2**-6 * twin.abs().max():
+                    continue
+                run = lambda x=x, w=weight, c=config: fp8_kernel.launch(x, w.data, w.scale, c)  # noqa: E731
+                timed[config] = graph_ms(repeated(run, 20)) / 20
+            best = min(timed, key=timed.get)
+            chosen = fp8_kernel.kernel_config(rows, n, k)
+            if chosen not in timed:  # the default's own tile, outside the sweep
+                run = lambda x=x, w=weight: fp8_kernel.launch(x, w.data, w.scale)  # noqa: E731
+                timed[chosen] = graph_ms(repeated(run, 20)) / 20
+            row = {
+                "bf16_ms": graph_ms(repeated(lambda x=x, w=dense: F.linear(x, w), 20)) / 20,
+                "default": list(chosen),
+                "default_ms": timed.get(chosen),
+                "best": list(best),
+                "best_ms": timed[best],
+                "configs_timed": len(timed),
+            }
+            results[f"M{rows} {name}"] = row
+            print(rows, name, json.dumps(row), flush=True)
+    return results
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     parts = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemm", "fp8", "attention"]
-    probes = {"gemm": gemm, "fp8": fp8, "attention": attention}
+    probes = {"gemm": gemm, "fp8": fp8, "attention": attention, "w8a16": w8a16}
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
         json.dump(report, file, indent=1)

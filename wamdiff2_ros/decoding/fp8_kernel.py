@@ -5,8 +5,9 @@ their floor without quantising the activations (what makes W8A8 slower here: doc
 weights"). One program computes a BLOCK_M x BLOCK_N tile of the output over all of K, accumulating in fp32,
 and applies the weight's row scales before its single store. ``wamdiff2::w8a16_linear`` is a torch custom op
 (so torch.compile and CUDA graphs treat it as one opaque kernel); its CPU implementation is the exact slow
-twin: the dequantised weight through F.linear in fp32. Block sizes are fixed per shape (no autotuning: a
-benchmark inside a CUDA-graph capture is illegal); ``tools/probes/gpu_kernels.py`` is where to tune them.
+twin: the dequantised weight through F.linear in fp32. Block sizes, warps and stages are fixed per shape
+(``kernel_config``; no autotuning: a benchmark inside a CUDA-graph capture is illegal);
+``tools/probes/gpu_kernels.py w8a16`` sweeps them per shape, which is where to tune them.
 Triton is imported only when a CUDA tensor reaches the op (the CPU machines have none).
 """
 
@@ -14,17 +15,29 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 
-def block_sizes(m: int, n: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K) for an (m, K) x (K, n) product: M covered by as few tiles as tl.dot allows,
-    N cut finely enough that a 2,048-column product still gives ~128 programs on a 132-SM H200."""
+class KernelConfig(NamedTuple):
+    """One launch's tile (BLOCK_M x BLOCK_N outputs over BLOCK_K-deep steps), warps and pipeline stages."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int = 4
+    stages: int = 3
+
+
+def kernel_config(m: int, n: int, k: int) -> KernelConfig:
+    """The launch of an (m, k) x (k, n) product: M covered by as few tiles as tl.dot allows, N cut finely
+    enough that a 2,048-column product still gives ~128 programs on a 132-SM H200. The first H200 run
+    (docs/BENCHMARKS.md, "W8A16") found these leave the bandwidth unused at M = 32: untuned."""
     block_m = 16 if m <= 16 else 32 if m <= 32 else 64
     block_n = 16 if n <= 2048 else 32 if n <= 4096 else 64
-    return block_m, block_n, 128
+    return KernelConfig(block_m, block_n, 128)
 
 
 @functools.cache
@@ -76,21 +89,24 @@ def w8a16_linear(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor) -> to
     return launch(x, data, scale)
 
 
-def launch(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The Triton kernel on ``x``'s device (a CPU tensor runs under ``TRITON_INTERPRET=1``: how the kernel is
-    checked where there is no GPU)."""
+def launch(
+    x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, config: KernelConfig | None = None
+) -> torch.Tensor:
+    """The Triton kernel on ``x``'s device, with ``config`` (default: ``kernel_config``'s); a CPU tensor
+    runs under ``TRITON_INTERPRET=1``: how the kernel is checked where there is no GPU."""
     import triton
 
     m, k = x.shape
     n = data.shape[0]
     x = x.contiguous()
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    block_m, block_n, block_k = block_sizes(m, n)
-    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
+    config = config or kernel_config(m, n, k)
+    grid = (triton.cdiv(n, config.block_n), triton.cdiv(m, config.block_m))
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     _kernel()[grid](
         x, data, scale, out, m, n, k, x.stride(0), data.stride(0), out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, INTERPRETED=interpreted,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, INTERPRETED=interpreted,
+        num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip
     return out
 
