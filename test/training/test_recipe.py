@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.training.recipe import load_recipe, run_recipe
+from wamdiff2_ros.training.recipe import carried_outputs, load_recipe, run_recipe
 
 SHORT = {"max_steps": 2, "global_batch_size": 2, "local_batch_size": 2, "eval_samples": 0, "progress": False}
 
@@ -106,3 +106,13 @@ def test_the_committed_recipes_load_and_their_training_steps_are_valid_configs(t
         keys = {**recipe.training, **step["set"], "model": "m", "out_dir": str(tmp_path)}
         config = load_config(step["config"], [f"{key}={json.dumps(value)}" for key, value in keys.items()])
         assert config.stage == step["stage"]
+
+
+def test_a_fresh_machine_gets_the_checkpoints_the_unfinished_steps_need() -> None:
+    recipe = load_recipe("config/recipes/seeing_model.yaml")
+    done = recipe.names[: recipe.names.index("bundled") + 1]
+    outputs = {name: f"runs/x/{name}" for name in done}
+    # Stage II's model and the packed one are referred to; the rollouts (in the merged data Stage III's
+    # teacher trains on) are remade from the model that drove them; scenes and merges are remade.
+    assert carried_outputs(recipe, outputs) == ["runs/x/adapt_b32", "runs/x/bundled", "runs/x/stage2"]
+    assert carried_outputs(recipe, {name: f"runs/x/{name}" for name in recipe.names}) == []

@@ -84,13 +84,39 @@ def load_recipe(path: str | Path) -> Recipe:
             raise InputError(f"{path}: every step needs a unique name, got {name!r}")
         if kind not in KINDS:
             raise InputError(f"{path}: step {name!r} has kind {kind!r}, not one of {KINDS}")
-        referenced = [step[key] for key in REFERENCES if key in step]
-        referenced += [*step.get("vocab_from", []), *step.get("from", [])]
-        for other in referenced:
+        for other in _references(step):
             if other not in seen:
                 raise InputError(f"{path}: step {name!r} refers to {other!r}, which is not an earlier step")
         seen.append(name)
     return Recipe(path, Path(raw["run_dir"]), raw.get("device", "cpu"), raw.get("training", {}), raw["steps"])
+
+
+def _references(step: dict[str, Any]) -> list[str]:
+    return [step[key] for key in REFERENCES if key in step] + [
+        *step.get("vocab_from", []),
+        *step.get("from", []),
+    ]
+
+
+DATA_KINDS = ("generate", "dagger", "merge")  # remade from their seeds and references when missing
+
+
+def carried_outputs(recipe: Recipe, outputs: dict[str, str]) -> list[str]:
+    """The finished steps' outputs a fresh machine needs to go on with the unfinished steps: the checkpoints
+    they refer to, directly or through a data step (data is not carried, it is remade where it is missing:
+    a merge from its sources, DAgger rollouts from the model that drove them, scenes from their seeds)."""
+    steps = {step["name"]: step for step in recipe.steps}
+    wanted = [ref for step in recipe.steps if step["name"] not in outputs for ref in _references(step)]
+    carried: list[str] = []
+    while wanted:
+        name = wanted.pop()
+        if name not in outputs or outputs[name] in carried:
+            continue  # unfinished: it will be made, from references counted where it is a step itself
+        if steps[name]["kind"] in DATA_KINDS:
+            wanted += _references(steps[name])
+        else:
+            carried.append(outputs[name])
+    return sorted(carried)
 
 
 def run_recipe(
