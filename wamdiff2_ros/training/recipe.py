@@ -22,12 +22,12 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
-``recipe_state.json``; running the recipe again skips finished steps whose output is still there (a run
-folder carried to a fresh machine without its data folders makes them again, from the same seeds), and a
-training step cut short (a GPU job's time limit) continues from its newest checkpoint, so a recipe spans as
-many jobs as it needs (its ``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase
-from its start in this process). The log (``recipe.log`` in the run folder) says when each step started and
-ended.
+``recipe_state.json``; running the recipe again skips finished steps, except those whose output is gone
+while a step still to run reads it (a run folder carried to a fresh machine without its data folders
+makes the data those steps need again, from the same seeds), and a training step cut short (a GPU job's
+time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs (its
+``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase from its start in this
+process). The log (``recipe.log`` in the run folder) says when each step started and ended.
 """
 
 from __future__ import annotations
@@ -156,10 +156,11 @@ def run_recipe(
         with (run / "recipe.log").open("a") as file:
             file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
+    remake = _missing_inputs(recipe, outputs, until)
     for index, step in enumerate(recipe.steps, 1):
         name = step["name"]
         prefix = f"[{index}/{len(recipe.steps)}] {name} ({step['kind']})"
-        if name in outputs and Path(outputs[name]).exists():
+        if name in outputs and name not in remake:
             note(f"{prefix}: done earlier -> {outputs[name]}")
         else:
             note(f"{prefix}: started")
@@ -170,6 +171,23 @@ def run_recipe(
         if name == until:
             break
     return outputs
+
+
+def _missing_inputs(recipe: Recipe, outputs: dict[str, str], until: str | None) -> set[str]:
+    """The finished steps to run again: those whose output is gone while a step still to run (up to
+    ``until``) reads it, directly or through another one run again."""
+    steps = {step["name"]: step for step in recipe.steps}
+    last = recipe.names.index(until) if until else len(recipe.steps) - 1
+    wanted = [
+        ref for step in recipe.steps[: last + 1] if step["name"] not in outputs for ref in _references(step)
+    ]
+    remake: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name in outputs and name not in remake and not Path(outputs[name]).exists():
+            remake.add(name)
+            wanted += _references(steps[name])
+    return remake
 
 
 @dataclass(frozen=True)
