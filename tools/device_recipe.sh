@@ -7,9 +7,10 @@
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
 # versions of requirements/base.txt). The run folder stays on the machine while it is warm, so the next job
 # resumes it. $OUT gets the job's log, run.tar.gz (recipe.log, recipe_state.json, every evaluation's
-# metrics and every training step's metrics.jsonl) and one ckpt_<step>.tar.gz per checkpoint the unfinished
-# steps need (`recipe.carried_outputs`; data is remade from its seeds). On a fresh machine: untar them all
-# into runs/ here and carry `runs/<name>` beside `train_wheels`.
+# metrics or report, every training step's metrics.jsonl) and one ckpt_<step>.tar.gz per checkpoint the
+# unfinished steps need (`recipe.carried_outputs`; data is remade from its seeds). On a fresh machine: untar
+# them all into runs/ here and carry `runs/<name>` beside `train_wheels`. The evaluations can run here on the
+# CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device cpu --until STEP` afterwards.
 set -uo pipefail
 recipe=$1 run=$2 seconds=$3
 shift 3
@@ -27,7 +28,8 @@ from wamdiff2_ros.training.recipe import STATE, carried_outputs, load_recipe
 recipe, run, out = load_recipe(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 state = json.loads((run / STATE).read_text()) if (run / STATE).exists() else {}
 with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how the run went
-    logs = [run / "recipe.log", run / STATE, *run.glob("*/metrics.jsonl"), *run.glob("*/metrics.json")]
+    logs = [run / "recipe.log", run / STATE, *run.glob("*/metrics.jsonl"), *run.glob("*/metrics.json"),
+            *run.glob("*/report.json")]
     for path in (p for p in logs if p.exists()):
         tar.add(path, arcname=str(path.relative_to(run.parent)))
 for output in carried_outputs(recipe, state)[:6]:  # the tool returns 8 files, each under 16 MiB

@@ -42,6 +42,8 @@ def _recipe(tmp_path: Path) -> Path:
             {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"]},
             {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
+            {"name": "driven", "kind": "closed_loop", "model": "packed", "policies": ["expert", "model"],
+             "episodes": 1, "seed": 2, "width": 128, "max_s": 3.0, "block_size": 8, "steps": 4},
         ],
     }  # fmt: skip
     path = tmp_path / "recipe.yaml"
@@ -60,6 +62,8 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert all(Path(item["image"][0]).exists() for item in merged)
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report
+    driven = json.loads(Path(outputs["driven"]).read_text())
+    assert driven["seeds"] == [2] and driven["policies"]["model"]["plans"] > 0
     vision = json.loads((Path(outputs["init"]) / "config.json").read_text())["vision_config"]
     assert (vision["depth"], vision["hidden_size"], vision["deepstack_visual_indexes"]) == (3, 64, [1, 2])
     run = tmp_path / "run"
@@ -75,7 +79,7 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     third: list[str] = []
     run_recipe(recipe, log=third.append)
     remade = [line.split("]")[1].split()[0] for line in third if "finished" in line]
-    assert remade == ["scenes", "metrics"] and not Path(outputs["rollouts"]).exists()
+    assert remade == ["scenes", "metrics"] and not Path(outputs["rollouts"]).exists()  # driving reads none
 
 
 def test_until_stops_after_the_named_step(tmp_path) -> None:

@@ -322,31 +322,8 @@ def _write_open_loop_outputs(args: argparse.Namespace, report: dict, planners: d
     print(f"wrote {args.out / 'report.json'} and plots")
 
 
-def _model_policy(args: argparse.Namespace, scored: bool, camera):
-    from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.decoding.planner import Planner
-    from wamdiff2_ros.eval.model_policy import ModelPolicy, ScoredModelPolicy
-
-    # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
-    config = DecodeConfig(block_size=args.block_size, steps=args.steps, grammar=True)
-    if scored:  # the planner node's candidates: candidate 0 greedy, the others sampled
-        config = DecodeConfig(
-            block_size=args.block_size,
-            steps=args.steps,
-            grammar=True,
-            candidates=4,
-            temperature=0.7,
-            greedy_first=True,
-        )
-        planner = Planner.from_settings(config, checkpoint=args.model or None)
-        return ScoredModelPolicy(planner, camera, detect_every=args.detect_every)
-    return ModelPolicy(Planner.from_settings(config, checkpoint=args.model or None))
-
-
 def run_closed_loop(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.eval.baselines import baseline_factory
-    from wamdiff2_ros.eval.closed_loop import evaluate_closed_loop
-    from wamdiff2_ros.eval.model_policy import model_policy_factory
+    from wamdiff2_ros.eval.model_policy import closed_loop_report
     from wamdiff2_ros.geometry import Camera
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
 
@@ -358,19 +335,15 @@ def run_closed_loop(args: argparse.Namespace) -> int:
         camera=Camera().scaled_to_width(args.image_width),
     )
     seeds = list(range(args.seed, args.seed + args.episodes))
-    factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
-    models = {
-        n: _model_policy(args, n == "model-scored", config.camera) for n in names if n.startswith("model")
-    }
-    factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
-    report = evaluate_closed_loop(factories, seeds, config, args.kind)
-    for name, policy in models.items():
-        report["policies"][name] |= {"source": policy.planner.loaded.source, **policy.counters()}
+    report = closed_loop_report(
+        names, seeds, config, args.model or None, args.block_size, args.steps, args.detect_every, args.kind
+    )
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():
         print(f"{name} failure modes: {json.dumps(policy['summary']['failure_modes'])}")
-    for name, policy in models.items():
-        print(f"{name}: {json.dumps(policy.counters())}")
+    for name in (n for n in names if n.startswith("model")):
+        counters = {k: v for k, v in report["policies"][name].items() if k not in ("summary", "episodes")}
+        print(f"{name}: {json.dumps(counters)}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=2))

@@ -24,7 +24,7 @@ from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_c
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.prompt import detection_user_text
-from wamdiff2_ros.sim.closed_loop import Observation, PolicyFactory
+from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, PolicyFactory
 from wamdiff2_ros.sim.scenes import Scene
 
 
@@ -113,6 +113,57 @@ class ScoredModelPolicy(ModelPolicy):
             "scorer_changed_candidate": self.scorer_changed,
             "scorer_dropped_colliding_greedy": self.colliding_greedy_dropped,
         }
+
+
+def model_policy(
+    checkpoint: str | None,
+    scored: bool,
+    camera: Camera,
+    block_size: int = 32,
+    steps: int = 8,
+    detect_every: int = 5,
+) -> ModelPolicy:
+    """A loaded checkpoint (None: the bundled model) as a closed-loop policy: its greedy plan, or with
+    ``scored`` the planner node's 4 candidates (candidate 0 greedy, the others sampled) and the scorer's
+    pick."""
+    # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
+    config = DecodeConfig(block_size=block_size, steps=steps, grammar=True)
+    if not scored:
+        return ModelPolicy(Planner.from_settings(config, checkpoint=checkpoint))
+    config = DecodeConfig(
+        block_size=block_size, steps=steps, grammar=True, candidates=4, temperature=0.7, greedy_first=True
+    )
+    planner = Planner.from_settings(config, checkpoint=checkpoint)
+    return ScoredModelPolicy(planner, camera, detect_every=detect_every)
+
+
+def closed_loop_report(
+    names: list[str],
+    seeds: list[int],
+    config: ClosedLoopConfig,
+    checkpoint: str | None = None,
+    block_size: int = 32,
+    steps: int = 8,
+    detect_every: int = 5,
+    kind: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
+    each model policy's report with its checkpoint and counters."""
+    from wamdiff2_ros.eval.baselines import baseline_factory
+    from wamdiff2_ros.eval.closed_loop import evaluate_closed_loop
+
+    factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
+    models = {
+        n: model_policy(checkpoint, n == "model-scored", config.camera, block_size, steps, detect_every)
+        for n in names
+        if n.startswith("model")
+    }
+    factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
+    report = evaluate_closed_loop(factories, seeds, config, kind, progress)
+    for name, policy in models.items():
+        report["policies"][name] |= {"source": policy.planner.loaded.source, **policy.counters()}
+    return report
 
 
 def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:

@@ -19,6 +19,10 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``pack``: ``model`` as a bf16 checkpoint (what is bundled: half the bytes) -> a checkpoint.
 - ``evaluate``: ``model`` decoded on a data step (``block_size``, ``steps``, ``samples``; planning and
   detection, grammar on) and scored open loop against the baselines -> ``metrics.json``.
+- ``closed_loop``: ``model`` and the baselines drive seeded episodes (``policies``, default expert,
+  constant-velocity, model and model-scored; ``episodes`` from ``seed``, default 100 from 1000, never a
+  training seed; ``width`` of the renders, ``route_m``, ``max_s``, ``block_size``, ``steps``,
+  ``detect_every``) -> ``report.json`` (``wamdiff2 eval closed-loop``'s).
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
@@ -44,7 +48,17 @@ import yaml
 
 from wamdiff2_ros.errors import InputError
 
-KINDS = ("generate", "dagger", "merge", "init", "train", "reduce_vocabulary", "pack", "evaluate")
+KINDS = (
+    "generate",
+    "dagger",
+    "merge",
+    "init",
+    "train",
+    "reduce_vocabulary",
+    "pack",
+    "evaluate",
+    "closed_loop",
+)
 REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
 INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
@@ -358,6 +372,33 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     return out / "metrics.json"
 
 
+def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.eval.model_policy import closed_loop_report
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
+
+    out = context.folder(step)
+    out.mkdir(parents=True, exist_ok=True)
+    config = ClosedLoopConfig(
+        route_length_m=step.get("route_m", 120.0),
+        max_duration_s=step.get("max_s", 40.0),
+        camera=Camera().scaled_to_width(step.get("width", 640)),
+    )
+    start = step.get("seed", 1000)
+    report = closed_loop_report(
+        step.get("policies", ["expert", "constant-velocity", "model", "model-scored"]),
+        list(range(start, start + step.get("episodes", 100))),
+        config,
+        str(context.output(step["model"])),
+        step.get("block_size", 32),
+        step.get("steps", 8),
+        step.get("detect_every", 5),
+        progress=False,
+    )
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return out / "report.json"
+
+
 STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "generate": _generate,
     "dagger": _dagger,
@@ -367,4 +408,5 @@ STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "reduce_vocabulary": _reduce_vocabulary,
     "pack": _pack,
     "evaluate": _evaluate,
+    "closed_loop": _closed_loop,
 }
