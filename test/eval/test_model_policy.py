@@ -5,15 +5,19 @@ meaningless, the plumbing is what is checked)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from wamdiff2_ros.cli.main import main
+from wamdiff2_ros.eval.model_policy import ScoredModelPolicy, model_policy_factory
+from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.checkpoint import save_checkpoint
+from wamdiff2_ros.sim.closed_loop import Observation
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_model_policy_drives_a_closed_loop_episode(tiny_model, tokenizer, tmp_path):
     checkpoint = save_checkpoint(tiny_model, tmp_path / "tiny", tokenizer, pixels=(3136, 12544))
     argv = ["eval", "closed-loop", "--policy", "model", "--policy", "model-scored", "--policy"]
@@ -29,3 +33,33 @@ def test_model_policy_drives_a_closed_loop_episode(tiny_model, tokenizer, tmp_pa
     scored = report["policies"]["model-scored"]  # the planner and scorer nodes' pair
     assert scored["detections"] >= 1 and 0 <= scored["scorer_changed_candidate"] <= scored["plans"]
     assert 0 <= scored["scorer_dropped_colliding_greedy"] <= scored["scorer_changed_candidate"]
+
+
+class _Planner:
+    """Stands in for Planner: one straight candidate per plan, one box per detection (counted)."""
+
+    def __init__(self) -> None:
+        self.detections = 0
+
+    def plan(self, inputs):
+        candidate = SimpleNamespace(waypoints_ego=np.stack([np.arange(1, 9) * 2.0, np.zeros(8)], 1))
+        return SimpleNamespace(candidates=[candidate], decode=SimpleNamespace(forwards=3))
+
+    def detect(self, image, text, max_tokens):
+        self.detections += 1
+        return SimpleNamespace(boxes_px=[[10.0, 10.0, 20.0, 20.0]])
+
+
+def test_the_scored_policy_starts_each_episode_afresh() -> None:
+    # As a node pair started on a new drive: no boxes from the last scene, detections counted from plan 0.
+    policy = ScoredModelPolicy(_Planner(), Camera().scaled_to_width(128), detect_every=2)
+    factory = model_policy_factory(policy)
+    observation = Observation(None, np.array([4.0, 0.0]), np.zeros(2), "straight", 0.0)
+    for episode in range(2):
+        assert factory(None) is policy and len(policy.boxes_px) == 0
+        policy(observation)
+        assert policy.detections == episode and len(policy.boxes_px) == 0  # plan 1 of the episode: none yet
+        policy(observation)
+        assert len(policy.boxes_px) == 1  # after plan 2
+        policy(observation)  # plan 3: episode-local count, no detection
+    assert policy.counters()["plans"] == 6 and policy.counters()["detections"] == 2

@@ -60,6 +60,9 @@ class ModelPolicy:
         self.forwards += output.decode.forwards
         return [c.waypoints_ego for c in output.candidates if c.waypoints_ego is not None]
 
+    def start_episode(self) -> None:
+        """A new drive begins: the plain policy keeps nothing between plans."""
+
     def counters(self) -> dict:
         """Plans, fallbacks (unparsable plans) and mean forwards per plan so far."""
         per_plan = self.forwards / self.plans if self.plans else 0.0
@@ -86,8 +89,12 @@ class ScoredModelPolicy(ModelPolicy):
         super().__init__(planner)
         self.camera, self.settings = camera, ScorerSettings()
         self.detect_every, self.detect_max_tokens = detect_every, detect_max_tokens
-        self.boxes_px = np.zeros((0, 4))
         self.detections = self.scorer_changed = self.colliding_greedy_dropped = 0
+        self.start_episode()
+
+    def start_episode(self) -> None:
+        """A new drive begins, as a node pair started on it: no boxes yet, the detection cadence from 0."""
+        self.boxes_px, self.episode_plans = np.zeros((0, 4)), 0
 
     def __call__(self, observation: Observation) -> np.ndarray:
         parsed = self._candidates(observation)
@@ -101,7 +108,8 @@ class ScoredModelPolicy(ModelPolicy):
             if selected != 0:
                 self.scorer_changed += 1
                 self.colliding_greedy_dropped += scores[0]["no_collision"] == 0.0
-        if self.plans % self.detect_every == 0:  # after every detect_every-th plan, as the planner node
+        self.episode_plans += 1
+        if self.episode_plans % self.detect_every == 0:  # after every detect_every-th plan, as the node
             answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
             self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
         return plan
@@ -167,9 +175,11 @@ def closed_loop_report(
 
 
 def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:
-    """A factory that hands the same loaded policy to every episode (it does not read the scene)."""
+    """A factory that hands the same loaded policy to every episode (it does not read the scene), started
+    afresh, so that an episode's result does not depend on the episodes before it."""
 
     def factory(scene: Scene) -> ModelPolicy:
+        policy.start_episode()
         return policy
 
     return factory
