@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from wamdiff2_ros.cli.main import main
-from wamdiff2_ros.eval.model_policy import ScoredModelPolicy, model_policy_factory
+from wamdiff2_ros.eval.model_policy import ScoredModelPolicy, closed_loop_report, model_policy_factory
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.checkpoint import save_checkpoint
-from wamdiff2_ros.sim.closed_loop import Observation
+from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation
 
 
 @pytest.mark.slow
@@ -63,3 +63,18 @@ def test_the_scored_policy_starts_each_episode_afresh() -> None:
         assert len(policy.boxes_px) == 1  # after plan 2
         policy(observation)  # plan 3: episode-local count, no detection
     assert policy.counters()["plans"] == 6 and policy.counters()["detections"] == 2
+
+
+@pytest.mark.slow
+def test_workers_drive_the_episodes_one_process_drives(tiny_model, tokenizer, tmp_path):
+    checkpoint = str(save_checkpoint(tiny_model, tmp_path / "tiny", tokenizer, pixels=(3136, 12544)))
+    config = ClosedLoopConfig(max_duration_s=2.0, camera=Camera().scaled_to_width(128))
+    names = ["expert", "model-scored"]
+    one, two = (
+        closed_loop_report(names, [3, 4], config, checkpoint, 8, 4, 2, progress=False, workers=workers)
+        for workers in (1, 2)
+    )
+    for name in names:
+        assert one["policies"][name]["episodes"] == two["policies"][name]["episodes"]
+    counters = ("plans", "detections", "forwards_per_plan", "scorer_changed_candidate")
+    assert all(one["policies"]["model-scored"][c] == two["policies"]["model-scored"][c] for c in counters)

@@ -103,6 +103,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=5,
         help="model-scored: plans between detection answers (the node's output.detections_every_n, 5)",
     )
+    closed_loop.add_argument(
+        "--workers", type=int, default=1, help="CPU processes driving episodes side by side (default 1)"
+    )
     closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
     closed_loop.add_argument("--seed", type=int, default=0, help="first scene seed (default 0)")
     closed_loop.add_argument("--kind", choices=("highway", "intersection"), default=None, help="scene kind")
@@ -335,9 +338,8 @@ def run_closed_loop(args: argparse.Namespace) -> int:
         camera=Camera().scaled_to_width(args.image_width),
     )
     seeds = list(range(args.seed, args.seed + args.episodes))
-    report = closed_loop_report(
-        names, seeds, config, args.model or None, args.block_size, args.steps, args.detect_every, args.kind
-    )
+    settings = (args.model or None, args.block_size, args.steps, args.detect_every)
+    report = closed_loop_report(names, seeds, config, *settings, kind=args.kind, workers=args.workers)
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():
         print(f"{name} failure modes: {json.dumps(policy['summary']['failure_modes'])}")

@@ -83,12 +83,19 @@ def evaluate_closed_loop(
     from tqdm import tqdm
 
     config = config or ClosedLoopConfig()
-    report = {"seeds": list(seeds), "kind": kind, "policies": {}}
+    rows: dict[str, list[dict]] = {}
     with tqdm(total=len(policies) * len(seeds), desc="episodes", unit="episode", disable=not progress) as bar:
         for name, factory in policies.items():
-            rows = []
+            rows[name] = []
             for seed in seeds:
-                rows.append(episode_row(run_episode(seed, factory, config, kind)))
+                rows[name].append(episode_row(run_episode(seed, factory, config, kind)))
                 bar.update(1)
-            report["policies"][name] = {"summary": summarise(rows), "episodes": rows}
-    return report
+    return closed_loop_report_of(seeds, kind, rows)
+
+
+def closed_loop_report_of(seeds: list[int], kind: str | None, rows: dict[str, list[dict]]) -> dict:
+    """The report of episode rows by policy (each policy's rows in ``seeds`` order)."""
+    policies = {
+        name: {"summary": summarise(episodes), "episodes": episodes} for name, episodes in rows.items()
+    }
+    return {"seeds": list(seeds), "kind": kind, "policies": policies}

@@ -11,6 +11,7 @@ than ending the episode.
 from __future__ import annotations
 
 import json
+import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,16 @@ class ModelPolicy:
     def start_episode(self) -> None:
         """A new drive begins: the plain policy keeps nothing between plans."""
 
+    TALLIES = ("plans", "fallbacks", "forwards")
+
+    def tallies(self) -> dict[str, int]:
+        """The raw counts behind ``counters``, to add up across processes (``add_tallies``)."""
+        return {name: getattr(self, name) for name in self.TALLIES}
+
+    def add_tallies(self, tallies: dict[str, int]) -> None:
+        for name, count in tallies.items():
+            setattr(self, name, getattr(self, name) + count)
+
     def counters(self) -> dict:
         """Plans, fallbacks (unparsable plans) and mean forwards per plan so far."""
         per_plan = self.forwards / self.plans if self.plans else 0.0
@@ -82,6 +93,8 @@ class ScoredModelPolicy(ModelPolicy):
         detect_every: plans between detection answers (the node's ``output.detections_every_n``).
         detect_max_tokens: the detection answer's budget (``output.detections_max_tokens``).
     """
+
+    TALLIES = (*ModelPolicy.TALLIES, "detections", "scorer_changed", "colliding_greedy_dropped")
 
     def __init__(
         self, planner: Planner, camera: Camera, detect_every: int = 5, detect_max_tokens: int = 256
@@ -155,23 +168,71 @@ def closed_loop_report(
     detect_every: int = 5,
     kind: str | None = None,
     progress: bool = True,
+    workers: int = 1,
 ) -> dict:
     """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
-    each model policy's report with its checkpoint and counters."""
+    each model policy's report with its checkpoint and counters. ``workers`` > 1: that many spawned CPU
+    processes of one thread drive the episodes side by side (each model policy loaded once per process;
+    an episode's result does not depend on which process drove it, or after which episode)."""
     from wamdiff2_ros.eval.baselines import baseline_factory
-    from wamdiff2_ros.eval.closed_loop import evaluate_closed_loop
+    from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, evaluate_closed_loop
 
-    factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
+    settings = (checkpoint, block_size, steps, detect_every)
     models = {
         n: model_policy(checkpoint, n == "model-scored", config.camera, block_size, steps, detect_every)
         for n in names
         if n.startswith("model")
     }
-    factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
-    report = evaluate_closed_loop(factories, seeds, config, kind, progress)
+    if workers <= 1:
+        factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
+        factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
+        report = evaluate_closed_loop(factories, seeds, config, kind, progress)
+    else:
+        from tqdm import tqdm
+
+        jobs = [(name, seed, config, kind, settings) for name in names for seed in seeds]
+        rows: dict[str, list[dict]] = {name: [] for name in names}
+        context = multiprocessing.get_context("spawn")  # a model's threads do not survive a fork
+        with context.Pool(workers) as pool:
+            done = pool.imap(_episode_job, jobs)
+            for (name, *_), (row, tallies) in tqdm(
+                zip(jobs, done, strict=True),
+                total=len(jobs),
+                desc="episodes",
+                unit="episode",
+                disable=not progress,
+            ):
+                rows[name].append(row)
+                if name in models:
+                    models[name].add_tallies(tallies)
+        report = closed_loop_report_of(seeds, kind, rows)
     for name, policy in models.items():
         report["policies"][name] |= {"source": policy.planner.loaded.source, **policy.counters()}
     return report
+
+
+_worker_models: dict[str, ModelPolicy] = {}  # a worker process's model policies, loaded by their first job
+
+
+def _episode_job(job: tuple) -> tuple[dict, dict[str, int]]:
+    """One episode in a worker: its row and the tallies its model policy (if any) added."""
+    from wamdiff2_ros.eval.baselines import baseline_factory
+    from wamdiff2_ros.eval.closed_loop import episode_row
+    from wamdiff2_ros.sim.closed_loop import run_episode
+
+    name, seed, config, kind, (checkpoint, block_size, steps, detect_every) = job
+    if not name.startswith("model"):
+        return episode_row(run_episode(seed, baseline_factory(name), config, kind)), {}
+    if name not in _worker_models:
+        torch.set_num_threads(1)
+        scored = name == "model-scored"
+        _worker_models[name] = model_policy(
+            checkpoint, scored, config.camera, block_size, steps, detect_every
+        )
+    policy = _worker_models[name]
+    before = policy.tallies()
+    row = episode_row(run_episode(seed, model_policy_factory(policy), config, kind))
+    return row, {key: count - before[key] for key, count in policy.tallies().items()}
 
 
 def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:
