@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -136,26 +136,39 @@ class ScoredModelPolicy(ModelPolicy):
         }
 
 
-def model_policy(
-    checkpoint: str | None,
-    scored: bool,
-    camera: Camera,
-    block_size: int = 32,
-    steps: int = 8,
-    detect_every: int = 5,
-) -> ModelPolicy:
-    """A loaded checkpoint (None: the bundled model) as a closed-loop policy: its greedy plan, or with
-    ``scored`` the planner node's 4 candidates (candidate 0 greedy, the others sampled) and the scorer's
-    pick."""
-    # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
-    config = DecodeConfig(block_size=block_size, steps=steps, grammar=True)
-    if not scored:
-        return ModelPolicy(Planner.from_settings(config, checkpoint=checkpoint))
-    config = DecodeConfig(
-        block_size=block_size, steps=steps, grammar=True, candidates=4, temperature=0.7, greedy_first=True
-    )
-    planner = Planner.from_settings(config, checkpoint=checkpoint)
-    return ScoredModelPolicy(planner, camera, detect_every=detect_every)
+@dataclass(frozen=True)
+class ModelPolicySource:
+    """A checkpoint (None: the bundled model) as a closed-loop policy, built where ``policy`` is called: it
+    pickles, so a spawned worker loads its own copy. The greedy plan, or with ``scored`` the planner node's
+    4 candidates (candidate 0 greedy, the others sampled) and the scorer's pick; ``threads`` caps torch's
+    threads in the process that builds it."""
+
+    checkpoint: str | None = None
+    scored: bool = False
+    camera: Camera = field(default_factory=Camera)
+    block_size: int = 32
+    steps: int = 8
+    detect_every: int = 5
+    device: str = "cpu"
+    threads: int | None = None
+
+    def policy(self) -> ModelPolicy:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
+        shape = {"block_size": self.block_size, "steps": self.steps, "grammar": True}
+        if not self.scored:
+            return ModelPolicy(self._planner(DecodeConfig(**shape)))
+        candidates = {"candidates": 4, "temperature": 0.7, "greedy_first": True}
+        planner = self._planner(DecodeConfig(**shape, **candidates))
+        return ScoredModelPolicy(planner, self.camera, detect_every=self.detect_every)
+
+    def __call__(self) -> PolicyFactory:
+        """The policy's factory (what ``generate_dagger`` builds in each process)."""
+        return model_policy_factory(self.policy())
+
+    def _planner(self, config: DecodeConfig) -> Planner:
+        return Planner.from_settings(config, checkpoint=self.checkpoint, device=self.device)
 
 
 def closed_loop_report(
@@ -177,12 +190,12 @@ def closed_loop_report(
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, evaluate_closed_loop
 
-    settings = (checkpoint, block_size, steps, detect_every)
-    models = {
-        n: model_policy(checkpoint, n == "model-scored", config.camera, block_size, steps, detect_every)
+    sources = {
+        n: ModelPolicySource(checkpoint, n == "model-scored", config.camera, block_size, steps, detect_every)
         for n in names
         if n.startswith("model")
     }
+    models = {name: source.policy() for name, source in sources.items()}
     if workers <= 1:
         factories = {n: baseline_factory(n) for n in names if not n.startswith("model")}
         factories |= {name: model_policy_factory(policy) for name, policy in models.items()}
@@ -190,7 +203,7 @@ def closed_loop_report(
     else:
         from tqdm import tqdm
 
-        jobs = [(name, seed, config, kind, settings) for name in names for seed in seeds]
+        jobs = [(name, seed, config, kind, sources.get(name)) for name in names for seed in seeds]
         rows: dict[str, list[dict]] = {name: [] for name in names}
         context = multiprocessing.get_context("spawn")  # a model's threads do not survive a fork
         with context.Pool(workers) as pool:
@@ -220,15 +233,11 @@ def _episode_job(job: tuple) -> tuple[dict, dict[str, int]]:
     from wamdiff2_ros.eval.closed_loop import episode_row
     from wamdiff2_ros.sim.closed_loop import run_episode
 
-    name, seed, config, kind, (checkpoint, block_size, steps, detect_every) = job
-    if not name.startswith("model"):
+    name, seed, config, kind, source = job
+    if source is None:
         return episode_row(run_episode(seed, baseline_factory(name), config, kind)), {}
     if name not in _worker_models:
-        torch.set_num_threads(1)
-        scored = name == "model-scored"
-        _worker_models[name] = model_policy(
-            checkpoint, scored, config.camera, block_size, steps, detect_every
-        )
+        _worker_models[name] = replace(source, threads=1).policy()
     policy = _worker_models[name]
     before = policy.tallies()
     row = episode_row(run_episode(seed, model_policy_factory(policy), config, kind))
@@ -244,24 +253,6 @@ def model_policy_factory(policy: ModelPolicy) -> PolicyFactory:
         return policy
 
     return factory
-
-
-@dataclass(frozen=True)
-class ModelPolicySource:
-    """Builds a ``model_policy_factory`` where it is called (it pickles, so a spawned DAgger worker loads
-    its own copy of the model); ``threads`` caps torch's threads in that process."""
-
-    decode: DecodeConfig
-    checkpoint: str | None = None
-    device: str = "cpu"
-    threads: int | None = None
-
-    def __call__(self) -> PolicyFactory:
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        return model_policy_factory(
-            ModelPolicy(Planner.from_settings(self.decode, checkpoint=self.checkpoint, device=self.device))
-        )
 
 
 def model_dagger_data(
@@ -290,10 +281,9 @@ def model_dagger_data(
     from wamdiff2_ros.sim.dagger import generate_dagger
     from wamdiff2_ros.sim.dataset import GenerateConfig
 
-    decode = DecodeConfig(block_size=block_size, steps=steps, grammar=True)
-    parallel = workers > 1
-    source = ModelPolicySource(decode, checkpoint, "cpu" if parallel else device, 1 if parallel else None)
     camera = Camera().scaled_to_width(width)
+    device, threads = ("cpu", 1) if workers > 1 else (device, None)
+    source = ModelPolicySource(checkpoint, False, camera, block_size, steps, device=device, threads=threads)
     config = GenerateConfig(
         out_dir=Path(out_dir),
         samples=samples,
