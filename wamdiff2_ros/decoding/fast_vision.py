@@ -8,6 +8,11 @@ grid (``GridInputs``) and runs the blocks as plain tensor functions over the mod
 copied: the tower's q/k/v is one matrix already). The patch embedding and the patch mergers are the model's
 modules, called as they are. Uncompiled, on the CPU in fp32 with SDPA, the result is transformers' tower bit
 for bit (test/decoding/test_fast_vision.py); compiled, the work between two attention calls is fused.
+
+Training uses the same tower with ``trainable=True`` (``LeanVision.batch``): every image of a batch shares the
+camera's grid, so a batch of 256 frames is one attention call per block instead of 256, and the learned
+position table is resampled on every call (it trains). transformers' tower launches ~65 kernels per image
+forward and backward, which made a small model's training step on the H200 launch-bound at ~0.28 s.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ class VisionFeatures:
 class GridInputs:
     """What the tower needs of an image grid, besides its pixels: made once per grid."""
 
-    position: torch.Tensor  # (N, C) resampled learned position embeddings, in the weights' dtype
+    indices: torch.Tensor  # (N, 4) rows of the learned position table each patch resamples
+    weights: torch.Tensor  # (N, 4) their bilinear weights
+    position: torch.Tensor | None  # (N, C) the resampled embeddings in the weights' dtype (None: trainable)
     cos: torch.Tensor  # (N, D) float32 2D rotary angles
     sin: torch.Tensor
 
@@ -116,14 +123,19 @@ def between(
     return (x, *block_input(x, *first, cos, sin, heads, eps))
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Full attention over one image's patches, laid out as transformers' SDPA path lays it out.
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, images: int = 1
+) -> torch.Tensor:
+    """Full attention over each image's patches, ``images`` images of equal grids laid end to end
+    ((images x N, heads, D) each), in one call, laid out as transformers' SDPA path lays it out.
 
     On the H200 SDPA picks cuDNN's Hopper flash kernel: 0.65 ms per 1080p block (16 heads of 64 over 7,920
     patches, 400 TFLOP/s), against FlashInfer's FA3 0.67, its FA2 0.82 and SDPA's own flash kernel 0.87 ms.
     """
-    q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1, heads, N, D)
-    return F.scaled_dot_product_attention(q, k, v, scale=scale).transpose(1, 2).contiguous()[0]
+    rows, heads, dim = q.shape
+    q, k, v = (t.reshape(images, rows // images, heads, dim).transpose(1, 2) for t in (q, k, v))
+    attended = F.scaled_dot_product_attention(q, k, v, scale=scale).transpose(1, 2).contiguous()
+    return attended.reshape(rows, heads, dim)
 
 
 class LeanVision:
@@ -133,9 +145,11 @@ class LeanVision:
         model: the transformers model (its ``model.visual`` weights and modules are used as they are).
         compile: compile the work between attention calls (``fast_model.compiled``).
         cuda_graph: replay the whole tower from one CUDA graph per grid (CUDA only).
+        trainable: the weights train (``batch``): the learned position table is resampled on every call
+            instead of once per grid.
 
     Raises:
-        InputError: a CUDA graph asked for off CUDA.
+        InputError: a CUDA graph asked for off CUDA, or with trainable weights.
     """
 
     def __init__(
@@ -143,10 +157,14 @@ class LeanVision:
         model: Qwen3VLForConditionalGeneration,
         compile: bool = False,
         cuda_graph: bool = False,
+        trainable: bool = False,
     ) -> None:
         visual = model.model.visual
         if cuda_graph and visual.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {visual.device}")
+        if cuda_graph and trainable:
+            raise InputError("a CUDA graph replays fixed weights: trainable towers run without one")
+        self.trainable = trainable
         self.visual = visual
         config = visual.config
         self.heads = config.num_heads
@@ -199,11 +217,16 @@ class LeanVision:
                 align_corners=visual.interpolation_align_corners,
                 spatial_merge_size=visual.spatial_merge_size,
             )
-            position = (visual.pos_embed(indices) * weights[:, :, None]).sum(1).to(visual.dtype)
+            with torch.no_grad():
+                position = self._resampled(indices, weights)
             position_ids = get_vision_position_ids(grid_thw, visual.spatial_merge_size)
             cos, sin = visual.rotary_pos_emb(position, position_ids)
-            self._grids[grid] = GridInputs(position, cos, sin)
+            self._grids[grid] = GridInputs(indices, weights, None if self.trainable else position, cos, sin)
         return self._grids[grid]
+
+    def _resampled(self, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The learned position table resampled to a grid, (N, C) in the weights' dtype."""
+        return (self.visual.pos_embed(indices) * weights[:, :, None]).sum(1).to(self.visual.dtype)
 
     @torch.no_grad()
     def __call__(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> VisionFeatures:
@@ -233,15 +256,37 @@ class LeanVision:
         features = out[-1]  # the next replay overwrites these buffers: hand out copies
         return VisionFeatures(features.image.clone(), tuple(f.clone() for f in features.deepstack))
 
-    def run(self, pixels: torch.Tensor, grid: tuple[int, int, int]) -> VisionFeatures:
-        """The tower's forward (what a CUDA graph captures)."""
+    def batch(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> VisionFeatures:
+        """Features of a batch of images of one grid (with gradients when the weights train):
+        ``pixel_values`` (images x N, channels x patch volume), ``grid_thw`` (images, 3), equal rows.
+
+        Returns:
+            the images' merged and DeepStack features laid end to end, as transformers' tower lays them.
+
+        Raises:
+            InputError: the images' grids differ.
+        """
+        if not bool((grid_thw == grid_thw[:1]).all()):
+            raise InputError("a batched vision tower takes images of one grid")
+        grid = tuple(int(n) for n in grid_thw[0].tolist())
+        return self.run(pixel_values.to(self.visual.device, self.visual.dtype), grid, images=len(grid_thw))
+
+    def run(self, pixels: torch.Tensor, grid: tuple[int, int, int], images: int = 1) -> VisionFeatures:
+        """The tower's forward over ``images`` images of ``grid`` laid end to end (what a CUDA graph
+        captures, for one image)."""
         inputs = self.grid_inputs(grid)
-        x = self._patch_embed(pixels) + inputs.position
+        position = inputs.position
+        if position is None:
+            position = self._resampled(inputs.indices, inputs.weights)
+        cos, sin = inputs.cos, inputs.sin
+        if images > 1:
+            position, cos, sin = (t.repeat(images, 1) for t in (position, cos, sin))
+        x = self._patch_embed(pixels) + position
         blocks, last = self.blocks, len(self.blocks) - 1
         deepstack = [None] * len(self.deepstack_layers)
-        q, k, v = self._block_input(x, *blocks[0].first_half, inputs.cos, inputs.sin, self.heads, self.eps)
+        q, k, v = self._block_input(x, *blocks[0].first_half, cos, sin, self.heads, self.eps)
         for index, block in enumerate(blocks):
-            attended = attention(q, k, v, self.scale)
+            attended = attention(q, k, v, self.scale, images)
             if index < last:
                 following = blocks[index + 1].first_half
                 x, q, k, v = self._between(
@@ -250,8 +295,8 @@ class LeanVision:
                     block.second_half,
                     following,
                     self.act,
-                    inputs.cos,
-                    inputs.sin,
+                    cos,
+                    sin,
                     self.heads,
                     self.eps,
                 )

@@ -4,14 +4,18 @@ Scoring only the masked positions skips almost all of the 151,936-column head (d
 module wraps the model so that DDP sees the whole forward (calling ``model.model`` past a DDP wrapper would
 bypass its gradient hooks). A reduced-vocabulary model (``model/vocab.py``) is scored on its kept columns
 only (``loss_columns``): every other id is -inf, so the softmax, the CE and the JSD over those columns are
-the full-width ones, without a (n, 151,936) tensor.
+the full-width ones, without a (n, 151,936) tensor. The vision tower runs batched
+(``fast_vision.LeanVision.batch``, transformers' tower bit for bit) when a batch's frames share one grid, as
+a camera's do; mixed grids go through transformers' tower.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import Qwen3VLForConditionalGeneration
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.vocab import kept_embedding
@@ -43,6 +47,7 @@ class MaskedLogits(torch.nn.Module):
     def __init__(self, model: Qwen3VLForConditionalGeneration, columns: torch.Tensor | None = None) -> None:
         super().__init__()
         self.model, self.columns = model, columns
+        self.vision = LeanVision(model, trainable=True)
 
     def forward(self, batch: DiffusionBatch, teacher_mask: bool = False) -> torch.Tensor:
         """Logits of the masked positions.
@@ -56,9 +61,17 @@ class MaskedLogits(torch.nn.Module):
             shift).
         """
         mask = batch.teacher_attention_mask if teacher_mask else batch.attention_mask
-        vision = {}
-        if batch.pixel_values is not None:
-            vision = {"pixel_values": batch.pixel_values, "image_grid_thw": batch.image_grid_thw}
+        vision: dict = {}
+        grids = batch.image_grid_thw
+        batched = not self.model.is_activation_checkpointing  # transformers' tower recomputes its blocks
+        if batch.pixel_values is not None and batched and bool((grids == grids[:1]).all()):
+            features = self.vision.batch(batch.pixel_values, grids)
+            image = BaseModelOutputWithDeepstackFeatures(
+                pooler_output=(features.image,), deepstack_features=[(f,) for f in features.deepstack]
+            )
+            vision = {"mm_encoder_outputs": {"image": image}, "image_grid_thw": grids}
+        elif batch.pixel_values is not None:
+            vision = {"pixel_values": batch.pixel_values, "image_grid_thw": grids}
         out = self.model.model(
             input_ids=batch.input_ids,
             attention_mask=mask,
