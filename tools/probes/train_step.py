@@ -1,0 +1,101 @@
+"""Where a small model's training step goes on the GPU (issue 20: the seeing recipe's steps took ~0.27 s).
+
+Generates a small scene set, makes the seeing recipe's initial model, then trains its AR teacher for a few
+dozen steps in several configurations (micro-batch size, loader processes) and profiles one step of each with
+torch.profiler (CPU and CUDA): the step's wall time against its kernels' time, the launches and the host
+syncs. Usage on the device machine (carry ``train_wheels``, installed as tools/device_recipe.sh does):
+``python3 tools/probes/train_step.py OUT_DIR [DEVICE]``; prints a summary and writes OUT_DIR/train_step.json.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from wamdiff2_ros.training import loop
+from wamdiff2_ros.training.recipe import load_recipe, run_recipe
+
+PROFILED_STEP = 30
+VARIANTS = {  # name: keys over the recipe's training block
+    "micro128_workers14": {"local_batch_size": 128, "num_workers": 14},
+    "micro256_workers14": {"local_batch_size": 256, "num_workers": 14},
+    "micro256_workers8": {"local_batch_size": 256, "num_workers": 8},
+}
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventSynchronize")
+
+
+def _summary(prof: torch.profiler.profile, wall_s: float) -> dict:
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernel_us = sum(e.self_device_time_total for e in kernels)
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]
+    runtime = {e.key: e.count for e in events if e.key.startswith("cuda")}
+    return {
+        "wall_ms": wall_s * 1e3,
+        "kernel_ms": kernel_us / 1e3,
+        "kernels": sum(e.count for e in kernels),
+        "launches": runtime.get("cudaLaunchKernel", 0) + runtime.get("cuLaunchKernel", 0),
+        "syncs": {name: runtime.get(name, 0) for name in SYNC_CALLS},
+        "top_kernels_ms": {e.key[:90]: round(e.self_device_time_total / 1e3, 3) for e in top},
+    }
+
+
+def main(out_dir: Path, device: str = "cuda", samples: int = 1536) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profiles: dict[str, dict] = {}
+    original = loop.PhaseTrainer._step
+
+    def profiled(self, step, batches, position):
+        self._probe_calls = getattr(self, "_probe_calls", 0) + 1
+        if self._probe_calls != PROFILED_STEP:
+            return original(self, step, batches, position)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            row = original(self, step, batches, position)
+        profiles[str(self.config.out_dir)] = _summary(prof, row["step_s"])
+        return row
+
+    loop.PhaseTrainer._step = profiled
+    base = yaml.safe_load(Path("config/recipes/seeing_model.yaml").read_text())
+    steps = [s for s in base["steps"] if s["name"] in ("init",)]
+    teacher = next(s for s in base["steps"] if s["name"] == "teacher")
+    recipe = {
+        "run_dir": str(out_dir / "run"),
+        "device": device,
+        "training": {**base["training"], "max_steps": PROFILED_STEP + 15, "ckpt_every_steps": 1000},
+        "steps": [
+            {"name": "train_scenes", "kind": "generate", "samples": samples, "seed": 4, "width": 256,
+             "min_int_digits": 2, "workers": 14},
+            *steps,
+        ],
+    }  # fmt: skip
+    for name, keys in VARIANTS.items():
+        recipe["steps"].append({**teacher, "name": name, "set": {**teacher["set"], **keys}})
+    path = out_dir / "probe_recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    run_recipe(load_recipe(path))
+    result = {}
+    for name in VARIANTS:
+        lines = (out_dir / "run" / name / "metrics.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
+        rows = [r for r in rows if r.get("kind") == "train"][10:]
+        profile = next(v for k, v in profiles.items() if k.endswith(name))
+        result[name] = {
+            "step_s_p50": statistics.median(r["step_s"] for r in rows),
+            "data_s_p50": statistics.median(r["data_s"] for r in rows),
+            "tokens_p50": statistics.median(r["tokens"] for r in rows),
+            "profiled_step": profile,
+        }
+        print(name, json.dumps(result[name], indent=1))
+    (out_dir / "train_step.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), *sys.argv[2:3])
