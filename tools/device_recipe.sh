@@ -19,7 +19,10 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site train_wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" "$@" 2>&1 |
+# The recipe ends itself 30 s early (a training step stops with a checkpoint, a step that no longer fits is
+# left), which leaves the time for the tarballs; the timeout is the backstop.
+timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" \
+  --time-limit $((seconds - 30)) "$@" 2>&1 |
   grep -v "it/s\]$" | tee "$OUT/recipe_job.log"
 python3 - "$recipe" "$run" "$OUT" <<'PY'
 import json, sys, tarfile

@@ -5,8 +5,11 @@ three: they differ only in their config, which test_stages.py covers), a second 
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -88,6 +91,32 @@ def test_until_stops_after_the_named_step(tmp_path) -> None:
     assert list(outputs) == ["scenes", "init"]
     with pytest.raises(InputError, match="not a step"):
         run_recipe(recipe, until="nothing", log=lambda line: None)
+
+
+def test_a_time_limit_leaves_steps_that_do_not_fit_and_stops_training_resumably(
+    tmp_path, monkeypatch
+) -> None:
+    from wamdiff2_ros.training import loop
+
+    path = _recipe(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["steps"][0]["expected_s"] = 10**6  # scenes: never fits an hour
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    lines: list[str] = []
+    assert run_recipe(load_recipe(path), until="teacher", time_limit=3600.0, log=lines.append) == {}
+    assert lines == ["[1/9] scenes (generate): left for the next run (3600 s of the time limit left)"]
+    del raw["steps"][0]["expected_s"]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    recipe = load_recipe(path)
+    run_recipe(recipe, until="init", log=lambda line: None)
+    monkeypatch.setattr(loop, "time", SimpleNamespace(time=lambda: math.inf, perf_counter=time.perf_counter))
+    lines.clear()
+    outputs = run_recipe(recipe, until="teacher", time_limit=3600.0, log=lines.append)  # late at once
+    monkeypatch.undo()
+    assert "teacher" not in outputs and "stopped at the time limit" in lines[-1]
+    assert [p.name for p in (tmp_path / "run" / "teacher" / "B1").iterdir()] == ["step_0000000"]
+    outputs = run_recipe(recipe, until="teacher", log=lambda line: None)
+    assert Path(outputs["teacher"]).name == "final"
 
 
 def test_a_reference_to_a_later_step_is_refused(tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -187,6 +188,41 @@ def test_interrupted_run_resumes_to_the_same_weights_with_a_worker_loader(datase
     assert sorted(p.name for p in (tmp_path / "B1").iterdir()) == ["step_0000002"]
     train(replace(config, num_workers=1))  # records now come from a DataLoader worker: same order
     resumed = load_checkpoint(final).model.state_dict()
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
+class _Clock:
+    """``time`` for the training loop: its wall clock reaches ``deadline`` at the ``late_from``-th reading."""
+
+    perf_counter = staticmethod(time.perf_counter)
+
+    def __init__(self, deadline: float, late_from: int) -> None:
+        self.deadline, self.late_from, self.readings = deadline, late_from, 0
+
+    def time(self) -> float:
+        self.readings += 1
+        return self.deadline if self.readings >= self.late_from else self.deadline - 1.0
+
+
+def test_a_phase_stopped_at_its_deadline_resumes_to_the_same_weights(dataset_dir, tmp_path, monkeypatch):
+    from wamdiff2_ros.training import loop
+
+    config = load_config(
+        CONFIG_DIR / "train_sft_tiny.yaml", overrides(dataset_dir, tmp_path / "whole", "max_steps=4")
+    )
+    train(config)
+    uninterrupted = load_checkpoint(tmp_path / "whole" / "B1" / "final").model.state_dict()
+    stopped_config = replace(config, out_dir=str(tmp_path / "stopped"))
+    monkeypatch.setattr(loop, "time", _Clock(deadline=1000.0, late_from=3))  # steps 1 and 2, then late
+    result = train(stopped_config, deadline=1000.0)
+    monkeypatch.undo()
+    phase = tmp_path / "stopped" / "B1"
+    assert result["stopped"] and result["phases"] == []
+    assert sorted(p.name for p in phase.iterdir()) == ["step_0000002"]  # resumable, not final
+    assert json.loads((phase / "step_0000002" / "trainer_state.json").read_text())["phase_s"] > 0
+    assert not train(stopped_config)["stopped"]
+    resumed = load_checkpoint(phase / "final").model.state_dict()
     for name, tensor in uninterrupted.items():
         torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
 

@@ -49,6 +49,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     recipe.add_argument("--until", help="stop after this step")
     recipe.add_argument("--resume", help="run folder to continue (default: the recipe's run_dir)")
     recipe.add_argument("--device", help="override the recipe's device (e.g. cpu, cuda)")
+    recipe.add_argument(
+        "--time-limit",
+        type=float,
+        help="seconds this run may take: training stops before it with a checkpoint, and steps that no "
+        "longer fit (their expected_s) are left; run again with --resume to go on",
+    )
     recipe.set_defaults(func=run_recipe)
 
 
@@ -59,7 +65,9 @@ def run_recipe(args: argparse.Namespace) -> int:
 
     loaded = recipe.load_recipe(args.recipe)
     run_dir = Path(args.resume) if args.resume else None
-    outputs = recipe.run_recipe(loaded, run_dir, until=args.until, device=args.device)
+    outputs = recipe.run_recipe(
+        loaded, run_dir, until=args.until, device=args.device, time_limit=args.time_limit
+    )
     print(json.dumps(outputs, indent=2))
     return 0
 

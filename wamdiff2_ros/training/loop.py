@@ -208,8 +208,12 @@ class PhaseTrainer:
         tokenizer: PreTrainedTokenizerBase,
         records: list[Record],
         teacher: MaskedLogits | None,
+        deadline: float | None = None,
     ) -> None:
         self.config, self.phase, self.runtime = config, phase, runtime
+        self.deadline = deadline  # time.time() at which the phase stops early, resumably
+        self.spent_before = 0.0  # seconds this phase trained in earlier runs (its checkpoint's phase_s)
+        self._started = time.perf_counter()
         self.model, self.tokenizer, self.teacher = model, tokenizer, teacher
         self.dir = Path(config.out_dir) / phase.name
         self.metrics_path = Path(config.out_dir) / "metrics.jsonl"
@@ -250,7 +254,17 @@ class PhaseTrainer:
         loaded = load_checkpoint(latest, dtype=self.config.dtype, device="cpu").model
         self.model.load_state_dict(loaded.state_dict())
         checkpoints.load_optimizer_state(latest, self.optimizer)
-        return int(checkpoints.read_state(latest)["step"])
+        state = checkpoints.read_state(latest)
+        self.spent_before = float(state.get("phase_s", 0.0))
+        return int(state["step"])
+
+    def _spent(self) -> float:
+        """Seconds the phase has trained, in earlier runs and this one."""
+        return self.spent_before + time.perf_counter() - self._started
+
+    def _past_deadline(self) -> bool:
+        late = self.deadline is not None and time.time() >= self.deadline
+        return _sum_over_ranks(float(late), self.runtime) > 0  # every rank stops at the same step
 
     def _loader(self, start_step: int) -> Iterator[list[Example] | DiffusionBatch]:
         """Every micro-batch from ``start_step`` on, read ahead by ``num_workers`` processes: collated
@@ -298,13 +312,12 @@ class PhaseTrainer:
         }
         return metrics, cost
 
-    def _schedule_position(self, step: int, phase_started: float) -> float:
+    def _schedule_position(self, step: int) -> float:
         """The step the learning-rate schedule is at: ``step``, or further along when the phase's
-        wall-clock budget runs out sooner."""
+        wall-clock budget (counted over every run of the phase) runs out sooner."""
         if not self.config.max_phase_s:
             return step
-        used = (time.perf_counter() - phase_started) / self.config.max_phase_s
-        return max(step, used * self.total_steps)
+        return max(step, self._spent() / self.config.max_phase_s * self.total_steps)
 
     def _step(
         self, step: int, batches: Iterator[list[Example] | DiffusionBatch], schedule_position: float
@@ -364,6 +377,7 @@ class PhaseTrainer:
         folder = self.dir / FINAL if final else checkpoints.step_folder(self.dir, step)
         state = {"stage": self.config.stage, "phase": self.phase.name, "block_size": self.phase.block_size}
         state |= {"step": step, "total_steps": self.total_steps, "max_phase_s": self.config.max_phase_s}
+        state["phase_s"] = self._spent()
         optimizer = None if final else self.optimizer
         checkpoints.save_training_checkpoint(
             folder, self.model, self.tokenizer, self.config, state, optimizer
@@ -371,11 +385,12 @@ class PhaseTrainer:
         if not final:
             checkpoints.prune_step_folders(self.dir, self.config.keep_checkpoints)
 
-    def run(self) -> Path:
+    def run(self) -> Path | None:
         """Train the phase (resuming from its newest checkpoint) and write its final checkpoint.
 
         Returns:
-            The final checkpoint folder.
+            The final checkpoint folder, or None when the deadline came first: the phase then stopped
+            with a step checkpoint to resume from.
         """
         from tqdm import tqdm
 
@@ -390,12 +405,15 @@ class PhaseTrainer:
             disable=not (self.config.progress and self.runtime.is_main),
         )
         batches = self._loader(start)
-        phase_started = time.perf_counter()
-        done = start
+        self._started = time.perf_counter()
+        done, stopped = start, False
         for step in range(start, self.total_steps):
-            position = self._schedule_position(step, phase_started)
+            position = self._schedule_position(step)
             if position >= self.total_steps:
                 break  # wall-clock budget used up
+            if self._past_deadline():
+                stopped = True
+                break
             row = self._step(step, batches, position)
             done = step + 1
             bar.update(1)
@@ -411,11 +429,11 @@ class PhaseTrainer:
         self.model.eval()
         final = self.dir / FINAL
         if self.runtime.is_main:
-            self._save(done, final=True)
+            self._save(done, final=not stopped)
             plot_loss(self.metrics_path, Path(self.config.out_dir) / "loss.png")
         if self.runtime.world_size > 1:
             dist.barrier()
-        return final
+        return None if stopped else final
 
 
 def _evaluate(
@@ -442,14 +460,17 @@ def _evaluate(
         model.to(runtime.device)
 
 
-def train(config: TrainConfig) -> dict:
+def train(config: TrainConfig, deadline: float | None = None) -> dict:
     """Run a stage: every phase in order, each resumed or skipped when already finished.
 
     Args:
         config: the stage config.
+        deadline: ``time.time()`` at which training stops early (a step checkpoint to resume from, and
+            ``"stopped": True`` in the result); None: no deadline.
 
     Returns:
-        ``{"out_dir", "phases": [{"phase", "checkpoint", "eval"?}]}``.
+        ``{"out_dir", "phases": [{"phase", "checkpoint", "eval"?}], "stopped"}``; a stopped stage lists
+        only its finished phases.
 
     Raises:
         InputError: unreadable records or images, or batch sizes that do not divide over the ranks.
@@ -472,13 +493,16 @@ def train(config: TrainConfig) -> dict:
             config.teacher, dtype=config.dtype, device=runtime.device, seed=config.seed + 1
         )
         teacher = MaskedLogits(teacher_model.requires_grad_(False).eval())
-    summary: dict = {"out_dir": str(out_dir), "phases": []}
+    summary: dict = {"out_dir": str(out_dir), "phases": [], "stopped": False}
     for phase in phases(config):
         final = out_dir / phase.name / FINAL
         if (final / checkpoints.STATE).is_file():
             model = load_checkpoint(final, dtype=config.dtype, device=runtime.device).model
         else:
-            final = PhaseTrainer(config, phase, runtime, model, tokenizer, records, teacher).run()
+            final = PhaseTrainer(config, phase, runtime, model, tokenizer, records, teacher, deadline).run()
+            if final is None:
+                summary["stopped"] = True
+                break
         entry: dict = {"phase": phase.name, "checkpoint": str(final)}
         if config.eval_data and runtime.is_main:
             entry["eval"] = _evaluate(config, phase, model, tokenizer, runtime)

@@ -31,13 +31,17 @@ steps can only refer back. Every finished step's output is recorded in the run f
 while a step still to run reads it (a run folder carried to a fresh machine without its data folders
 makes the data those steps need again, from the same seeds), and a training step cut short (a GPU job's
 time limit) continues from its newest checkpoint, so a recipe spans as many jobs as it needs (its
-``max_phase_s`` budget then starts again: ``training/loop.py`` times a phase from its start in this
-process). The log (``recipe.log`` in the run folder) says when each step started and ended.
+``max_phase_s`` budget counts the seconds every run of the phase trained). With a time limit
+(``time_limit``, ``train recipe --time-limit``) a job ends on its own before the limit: a training step
+stops at it with a checkpoint to resume from, and a step whose optional ``expected_s`` (its seconds, for
+the steps that cannot stop halfway: data, rollouts, evaluations) no longer fits is left for the next job.
+The log (``recipe.log`` in the run folder) says when each step started and ended.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -62,6 +66,7 @@ KINDS = (
 )
 REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
+MIN_STEP_S = 30.0  # a step is not started with less time left (loading a model and the loader alone)
 INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
 
 
@@ -140,6 +145,7 @@ def run_recipe(
     until: str | None = None,
     device: str | None = None,
     log: Callable[[str], None] = print,
+    time_limit: float | None = None,
 ) -> dict[str, str]:
     """Run the recipe's unfinished steps in order, up to and including ``until``.
 
@@ -149,6 +155,8 @@ def run_recipe(
         until: the last step to run (None: all).
         device: overrides the recipe's device.
         log: where progress lines go (they are also appended to the run folder's ``recipe.log``).
+        time_limit: seconds this call may take (None: no limit); it stops early, resumably (module
+            docstring).
 
     Returns:
         Every finished step's output path, by step name.
@@ -164,7 +172,8 @@ def run_recipe(
         shutil.copyfile(recipe.path, run / "recipe.yaml")
     state_path = run / STATE
     outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
-    context = _Context(run, device or recipe.device, recipe.training, outputs)
+    deadline = None if time_limit is None else time.time() + time_limit
+    context = _Context(run, device or recipe.device, recipe.training, outputs, deadline)
 
     def note(line: str) -> None:
         log(line)
@@ -178,9 +187,19 @@ def run_recipe(
         if name in outputs and name not in remake:
             note(f"{prefix}: done earlier -> {outputs[name]}")
         else:
+            left = math.inf if deadline is None else deadline - time.time()
+            if left < max(MIN_STEP_S, step.get("expected_s", 0)):
+                note(f"{prefix}: left for the next run ({left:.0f} s of the time limit left)")
+                break
             note(f"{prefix}: started")
             started = time.monotonic()
-            outputs[name] = str(STEPS[step["kind"]](step, context))
+            try:
+                outputs[name] = str(STEPS[step["kind"]](step, context))
+            except _Stopped:
+                note(
+                    f"{prefix}: stopped at the time limit after {time.monotonic() - started:.0f} s, resumable"
+                )
+                break
             state_path.write_text(json.dumps(outputs, indent=1) + "\n")
             note(f"{prefix}: finished in {time.monotonic() - started:.0f} s -> {outputs[name]}")
         if name == until:
@@ -205,12 +224,17 @@ def _missing_inputs(recipe: Recipe, outputs: dict[str, str], until: str | None) 
     return remake
 
 
+class _Stopped(Exception):
+    """A training step reached the time limit (its checkpoint resumes it)."""
+
+
 @dataclass(frozen=True)
 class _Context:
     run: Path
     device: str
     training: dict[str, Any]
     outputs: dict[str, str]
+    deadline: float | None = None  # time.time() at which training steps stop
 
     def output(self, name: str) -> Path:
         return Path(self.outputs[name])
@@ -309,7 +333,10 @@ def _train(step: dict[str, Any], context: _Context) -> Path:
     config = load_config(step["config"], overrides)
     if config.stage != step["stage"]:
         raise InputError(f"step {step['name']!r}: {step['config']} configures {config.stage!r}")
-    return Path(train(config)["phases"][-1]["checkpoint"])
+    result = train(config, deadline=context.deadline)
+    if result["stopped"]:
+        raise _Stopped
+    return Path(result["phases"][-1]["checkpoint"])
 
 
 def reduce_checkpoint(source: Path, out: Path, kept_ids: list[int]) -> None:
