@@ -8,11 +8,12 @@ block's 32 queries (16 query / 8 KV heads of 128) over ~2.1k cached keys, 28 lay
 through FlashInfer's kernel families (fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at
 other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
-matches the twin, against ``kernel_config``'s). Each number is the median of 15 graph replays of 20 (gemm,
-w8a16) or 28 (attention) calls.
+matches the twin, against ``kernel_config``'s). vision_attention: the 1080p tower's attention in bf16 (cuDNN,
+FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each number is the median of 15 graph
+replays of 20 (gemm, w8a16), 24 (vision_attention) or 28 (attention) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16] (the parts to run; default all but w8a16).
+[gemm,fp8,attention,w8a16,vision_attention] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -280,10 +281,60 @@ def w8a16() -> dict[str, object]:
     return results
 
 
+def vision_attention() -> dict[str, dict[str, float]]:
+    """The 1080p vision tower's attention (16 heads of 64 over 7,920 patches, one block), bf16 against FP8
+    (FlashInfer's FA3 with per-head scales; issue 18's lever for the 18 ms tower): ms per call as the tower
+    makes it (24 in a graph, divided) and the error against an fp32 reference."""
+    import flashinfer
+
+    patches, heads, dim, blocks = 7920, 16, 64, 24
+    q, k, v = (torch.randn(patches, heads, dim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+    exact = F.scaled_dot_product_attention(*(t.float().transpose(0, 1)[None] for t in (q, k, v)))
+    exact = exact[0].transpose(0, 1)
+
+    def error(out: torch.Tensor) -> float:
+        return float((out.float() - exact).norm() / exact.norm())
+
+    def sdpa() -> torch.Tensor:
+        heads_first = (t.transpose(0, 1)[None] for t in (q, k, v))
+        return F.scaled_dot_product_attention(*heads_first)[0].transpose(0, 1)
+
+    def quantised() -> tuple[torch.Tensor, ...]:  # per-head amax scales, as a tower would make them
+        out = []
+        for t in (q, k, v):
+            scale = t.abs().amax(dim=(0, 2)).float().clamp_min(1e-6) / 448.0
+            out += [(t / scale[None, :, None]).to(torch.float8_e4m3fn), scale]
+        return tuple(out)
+
+    def fp8_attention(q8, sq, k8, sk, v8, sv) -> torch.Tensor:
+        return flashinfer.single_prefill_with_kv_cache(
+            q8, k8, v8, scale_q=sq, scale_k=sk, scale_v=sv, o_dtype=torch.bfloat16, backend="fa3"
+        )
+
+    stored = quantised()
+    rows = {
+        "bf16 sdpa (cuDNN)": sdpa,
+        "bf16 flashinfer fa3": lambda: flashinfer.single_prefill_with_kv_cache(q, k, v, backend="fa3"),
+        "fp8 flashinfer fa3, kernel only": lambda: fp8_attention(*stored),
+        "fp8 flashinfer fa3 with quantisation": lambda: fp8_attention(*quantised()),
+    }
+    results = {}
+    for name, function in rows.items():
+        results[name] = {"ms": graph_ms(repeated(function, blocks)) / blocks, "rel_error": error(function())}
+        print(name, results[name], flush=True)
+    return results
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     parts = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemm", "fp8", "attention"]
-    probes = {"gemm": gemm, "fp8": fp8, "attention": attention, "w8a16": w8a16}
+    probes = {
+        "gemm": gemm,
+        "fp8": fp8,
+        "attention": attention,
+        "w8a16": w8a16,
+        "vision_attention": vision_attention,
+    }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
         json.dump(report, file, indent=1)
