@@ -42,7 +42,7 @@ def _recipe(tmp_path: Path) -> Path:
             {"name": "packed", "kind": "pack", "model": "small"},
             {"name": "rollouts", "kind": "dagger", "model": "packed", "samples": 2, "seed": 2, "width": 128,
              "max_s": 9.0, "block_size": 8, "steps": 4},
-            {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"]},
+            {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"], "repeat": {"rollouts": 2}},
             {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
             {"name": "driven", "kind": "closed_loop", "model": "packed", "policies": ["expert", "model"],
@@ -61,7 +61,8 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert list(outputs) == recipe.names and all("finished" in line for line in lines[1::2])
     assert Path(outputs["teacher"]).name == "final" and Path(outputs["teacher"]).parent.name == "B1"
     merged = json.loads((Path(outputs["both"]) / "planning.json").read_text())
-    assert len(merged) == 4 + 2 and all(Path(item["image"][0]).is_absolute() for item in merged)
+    assert len(merged) == 4 + 2 * 2 and all(Path(item["image"][0]).is_absolute() for item in merged)
+    assert merged[4] == merged[5] and merged[6] == merged[7]  # each rollout record twice
     assert all(Path(item["image"][0]).exists() for item in merged)
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report

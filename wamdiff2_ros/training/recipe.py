@@ -8,7 +8,9 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
   driving episodes side by side on the CPU) -> a data folder.
-- ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute).
+- ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute);
+  ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
+  reached).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
   ``hidden``, ``vision_depth``, ``vision_hidden``; ``vocab_from``: data steps whose ids the vocabulary
   keeps) -> a checkpoint.
@@ -284,14 +286,16 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 def _merge(step: dict[str, Any], context: _Context) -> Path:
     out = context.folder(step)
     out.mkdir(parents=True, exist_ok=True)
-    folders = [context.output(name) for name in step["from"]]
+    repeat = step.get("repeat", {})
     for task in ("planning", "detection", "qa"):
         merged = []
-        for folder in folders:
+        for name in step["from"]:
+            folder = context.output(name)
             for item in json.loads((folder / f"{task}.json").read_text()):
-                merged.append(item | {"image": [str((folder / path).resolve()) for path in item["image"]]})
+                absolute = item | {"image": [str((folder / path).resolve()) for path in item["image"]]}
+                merged += [absolute] * repeat.get(name, 1)
         (out / f"{task}.json").write_text(json.dumps(merged, indent=1))
-    shutil.copyfile(folders[0] / "camera.json", out / "camera.json")
+    shutil.copyfile(context.output(step["from"][0]) / "camera.json", out / "camera.json")
     return out
 
 
