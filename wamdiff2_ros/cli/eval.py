@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from wamdiff2_ros.decoding.config import PLAN_STEPS, WEIGHT_FORMATS
@@ -91,12 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "default, driving its greedy plan; model-scored: as the planner and scorer nodes run together (4 "
         "candidates, a detection answer every --detect-every plans, the online scorer's pick)",
     )
-    closed_loop.add_argument("--model", default="", help="checkpoint folder of the model policy")
-    closed_loop.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
-    closed_loop.add_argument("--steps", type=int, default=PLAN_STEPS, help="model policy's steps per block")
-    closed_loop.add_argument(
-        "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
-    )
+    _add_episode_arguments(closed_loop)
     closed_loop.add_argument(
         "--detect-every",
         type=int,
@@ -108,18 +104,44 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
     closed_loop.add_argument("--seed", type=int, default=0, help="first scene seed (default 0)")
-    closed_loop.add_argument("--kind", choices=("highway", "intersection"), default=None, help="scene kind")
-    closed_loop.add_argument(
-        "--route-m", type=float, default=120.0, help="route length in metres (default 120)"
-    )
-    closed_loop.add_argument(
-        "--max-s", type=float, default=40.0, help="time limit per episode (default 40 s)"
-    )
-    closed_loop.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")
     closed_loop.add_argument("--out", type=Path, default=None, help="write report.json here")
     closed_loop.set_defaults(func=run_closed_loop)
+    _add_trace(verbs)
     _add_predict(verbs)
     _add_paired(verbs)
+
+
+def _add_episode_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model policy's and the episodes' settings, shared by closed-loop and trace."""
+    parser.add_argument("--model", default="", help="checkpoint folder of the model policy")
+    parser.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
+    parser.add_argument("--steps", type=int, default=PLAN_STEPS, help="model policy's steps per block")
+    parser.add_argument(
+        "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
+    )
+    parser.add_argument("--kind", choices=("highway", "intersection"), default=None, help="scene kind")
+    parser.add_argument("--route-m", type=float, default=120.0, help="route length in metres (default 120)")
+    parser.add_argument("--max-s", type=float, default=40.0, help="time limit per episode (default 40 s)")
+    parser.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")
+
+
+def _add_trace(verbs: argparse._SubParsersAction) -> None:
+    trace = verbs.add_parser(
+        "trace",
+        help="one closed-loop episode, each plan beside the expert's plan from the same state",
+        description="Drives one seeded episode as closed-loop does and prints, every --every seconds, the "
+        "ego's speed, the route command and the end points (4 s and 2 s ahead) of the policy's plan and "
+        "of the expert's from the same state: where a failed episode left the expert (a standing start it "
+        "never leaves, a turn it does not take). --out writes every plan, waypoints and all, as JSON lines.",
+    )
+    trace.add_argument(
+        "--policy", choices=("expert", "constant-velocity", "model"), default="model", help="policy to trace"
+    )
+    trace.add_argument("--seed", type=int, default=1000, help="scene seed (default 1000)")
+    trace.add_argument("--every", type=float, default=1.0, help="seconds between printed lines (default 1)")
+    _add_episode_arguments(trace)
+    trace.add_argument("--out", type=Path, default=None, help="write every plan here (JSON lines)")
+    trace.set_defaults(func=run_trace)
 
 
 def _add_predict(verbs: argparse._SubParsersAction) -> None:
@@ -325,18 +347,23 @@ def _write_open_loop_outputs(args: argparse.Namespace, report: dict, planners: d
     print(f"wrote {args.out / 'report.json'} and plots")
 
 
-def run_closed_loop(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.eval.model_policy import closed_loop_report
+def _episode_config(args: argparse.Namespace):
     from wamdiff2_ros.geometry import Camera
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
 
-    names = args.policy or ["expert", "constant-velocity"]
-    config = ClosedLoopConfig(
+    return ClosedLoopConfig(
         route_length_m=args.route_m,
         max_duration_s=args.max_s,
         plan_hz=args.plan_hz,
         camera=Camera().scaled_to_width(args.image_width),
     )
+
+
+def run_closed_loop(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.eval.model_policy import closed_loop_report
+
+    names = args.policy or ["expert", "constant-velocity"]
+    config = _episode_config(args)
     seeds = list(range(args.seed, args.seed + args.episodes))
     settings = (args.model or None, args.block_size, args.steps, args.detect_every)
     report = closed_loop_report(names, seeds, config, *settings, kind=args.kind, workers=args.workers)
@@ -350,4 +377,36 @@ def run_closed_loop(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=2))
         print(f"wrote {args.out / 'report.json'}")
+    return 0
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.eval.baselines import baseline_factory
+    from wamdiff2_ros.eval.model_policy import ModelPolicySource
+    from wamdiff2_ros.eval.trace import trace_episode
+
+    config = _episode_config(args)
+    if args.policy == "model":
+        factory = ModelPolicySource(args.model or None, False, config.camera, args.block_size, args.steps)()
+    else:
+        factory = baseline_factory(args.policy)
+    result, points = trace_episode(args.seed, factory, config, args.kind)
+    ending = f"{result.end_reason}, route completion {result.route_completion:.2f}"
+    print(f"seed {result.seed} ({result.kind}): {ending}")
+    print("    t s  speed  command   policy 4 s (x, y)  2 s x   expert 4 s (x, y)  2 s x")
+    shown = -math.inf
+    for point in points:
+        if point.time_s + 1e-9 < shown + args.every:
+            continue
+        shown = point.time_s
+        plan, expert = point.plan, point.expert
+        print(
+            f"  {point.time_s:5.1f}  {point.speed_mps:5.1f}  {point.command:8s}  "
+            f"{plan[-1, 0]:6.1f} {plan[-1, 1]:6.1f}  {plan[3, 0]:6.1f}   "
+            f"{expert[-1, 0]:6.1f} {expert[-1, 1]:6.1f}  {expert[3, 0]:6.1f}"
+        )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(point.row()) + "\n" for point in points))
+        print(f"wrote {args.out}")
     return 0
