@@ -1,5 +1,6 @@
-"""The training forward's batched vision tower is transformers' tower: the same logits and the same gradients
-in fp32 on the CPU, and batches whose frames differ in size still go through transformers' tower."""
+"""The training forward's batched vision tower is transformers' tower: the same logits bit for bit and the
+same gradients to rounding in fp32 on the CPU, and batches whose frames differ in size still go through
+transformers' tower."""
 
 from __future__ import annotations
 
@@ -47,11 +48,12 @@ def test_batched_vision_gives_transformers_logits_and_gradients(tiny_model, exam
     their_grads = _loss_and_grads(model, theirs)
     mine = MaskedLogits(model)(batch)
     my_grads = _loss_and_grads(model, mine)
-    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    assert torch.equal(mine, theirs)  # the same operations on the same rows
     assert my_grads.keys() == their_grads.keys()
     assert any(name.startswith("model.visual.") for name in my_grads)
     for name, grad in my_grads.items():
-        torch.testing.assert_close(grad, their_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        # one attention backward over the batch sums in another order than one per image: ~1e-12 apart
+        torch.testing.assert_close(grad, their_grads[name], rtol=1e-6, atol=1e-9, msg=name)
 
 
 def test_frames_of_different_sizes_go_through_transformers_tower(tiny_model, examples, tokenizer):

@@ -263,7 +263,9 @@ class PhaseTrainer:
         return self.spent_before + time.perf_counter() - self._started
 
     def _past_deadline(self) -> bool:
-        late = self.deadline is not None and time.time() >= self.deadline
+        if self.deadline is None:  # the same on every rank: no collective needed
+            return False
+        late = time.time() >= self.deadline
         return _sum_over_ranks(float(late), self.runtime) > 0  # every rank stops at the same step
 
     def _loader(self, start_step: int) -> Iterator[list[Example] | DiffusionBatch]:
