@@ -36,7 +36,8 @@ def _recipe(tmp_path: Path) -> Path:
                 "config": "config/train_sft_tiny.yaml",
                 "model": "init",
                 "data": "scenes",
-                "set": SHORT,
+                "heldout": "scenes",
+                "set": {**SHORT, "heldout_every_steps": 1, "heldout_samples": 2},
             },
             {"name": "small", "kind": "reduce_vocabulary", "model": "teacher", "vocab_from": ["scenes"]},
             {"name": "packed", "kind": "pack", "model": "small"},
@@ -60,6 +61,8 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     outputs = run_recipe(recipe, log=lines.append)
     assert list(outputs) == recipe.names and all("finished" in line for line in lines[1::2])
     assert Path(outputs["teacher"]).name == "final" and Path(outputs["teacher"]).parent.name == "B1"
+    curve = (tmp_path / "run" / "teacher" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in curve] == ["train", "heldout"] * 2
     merged = json.loads((Path(outputs["both"]) / "planning.json").read_text())
     assert len(merged) == 4 + 2 * 2 and all(Path(item["image"][0]).is_absolute() for item in merged)
     assert merged[4] == merged[5] and merged[6] == merged[7]  # each rollout record twice

@@ -192,6 +192,20 @@ def test_interrupted_run_resumes_to_the_same_weights_with_a_worker_loader(datase
         torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
 
 
+def test_a_heldout_loss_curve_is_logged_and_leaves_the_training_as_it_was(sft_run, dataset_dir, tmp_path):
+    heldout = f"heldout_data={{planning: {dataset_dir / 'planning.json'}, qa: {dataset_dir / 'qa.json'}}}"
+    extra = ("max_steps=8", "ckpt_every_steps=4", heldout, "heldout_every_steps=4", "heldout_samples=3")
+    train(load_config(CONFIG_DIR / "train_sft_tiny.yaml", overrides(dataset_dir, tmp_path, *extra)))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    curve = [r for r in rows if r["kind"] == "heldout"]
+    assert [r["step"] for r in curve] == [4, 8] and all(math.isfinite(r["loss"]) for r in curve)
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 9))
+    plain = load_checkpoint(sft_run / "B1" / "final").model.state_dict()  # the same run without the curve
+    with_curve = load_checkpoint(tmp_path / "B1" / "final").model.state_dict()
+    for name, tensor in plain.items():
+        assert torch.equal(with_curve[name], tensor), name
+
+
 class _Clock:
     """``time`` for the training loop: its wall clock reaches ``deadline`` at the ``late_from``-th reading."""
 

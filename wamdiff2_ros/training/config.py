@@ -40,6 +40,11 @@ class TrainConfig:
         eval_data: task -> JSON file evaluated at the end of each block-size phase (empty = no evaluation).
         eval_samples: records per task evaluated (0 = all).
         eval_device: where evaluation decodes: ``auto`` (the training device), ``cpu`` or ``cuda``.
+        heldout_data: task -> JSON file whose loss (the stage's own, on fixed masks) is logged every
+            ``heldout_every_steps`` steps as ``kind: heldout`` rows of metrics.jsonl: the curve that says
+            whether the model still generalises (empty = none).
+        heldout_every_steps: optimizer steps between held-out losses (0 = never).
+        heldout_samples: records of ``heldout_data`` scored each time (the first of each task, in turn).
         block_sizes: B of each phase, in order; each phase starts from the previous one's weights (Stage I's
             1 -> 4 -> 8 -> 16 -> 32 chain is ``[4, 8, 16, 32]`` started from the B = 1 checkpoint).
         mask_schedule: ``stratified``: one mask ratio per response block, t_i = u_i/N + i/N permuted
@@ -98,6 +103,9 @@ class TrainConfig:
     eval_data: dict[str, str] = field(default_factory=dict)
     eval_samples: int = 0
     eval_device: str = "auto"
+    heldout_data: dict[str, str] = field(default_factory=dict)
+    heldout_every_steps: int = 0
+    heldout_samples: int = 64
     block_sizes: list[int] = field(default_factory=lambda: [32])
     mask_schedule: str = "stratified"
     clean_sees_noisy: bool = False
@@ -152,7 +160,7 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise InputError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("data", "task_weights", "eval_data"):
+        for name in ("data", "task_weights", "eval_data", "heldout_data"):
             unknown = sorted(set(getattr(self, name)) - set(TASKS))
             if unknown:
                 raise InputError(f"{name} names unknown tasks {unknown}; tasks are {TASKS}")
@@ -166,8 +174,12 @@ class TrainConfig:
         for name in (*positive, "ckpt_every_steps", "keep_checkpoints", "generate_steps", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if min(self.max_steps, self.eval_samples, self.teacher_block_size, self.num_workers) < 0:
-            raise InputError("max_steps, eval_samples, teacher_block_size and num_workers must be >= 0")
+        counts = (self.max_steps, self.eval_samples, self.teacher_block_size, self.num_workers)
+        if min(*counts, self.heldout_every_steps, self.heldout_samples) < 0:
+            raise InputError(
+                "max_steps, eval_samples, teacher_block_size, num_workers, heldout_every_steps and "
+                "heldout_samples must be >= 0"
+            )
         if self.max_phase_s < 0:
             raise InputError(f"max_phase_s must be >= 0, got {self.max_phase_s}")
         if self.max_steps == 0 and not self.epochs > 0:

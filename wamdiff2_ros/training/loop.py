@@ -9,6 +9,7 @@ fits the 2b preset on an H200 (see docs/DECISIONS.md).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import time
@@ -242,10 +243,12 @@ class PhaseTrainer:
         if teacher is not None:
             teacher.columns = self.columns
         student: torch.nn.Module = MaskedLogits(model, self.columns)
+        self.unwrapped = student  # the held-out loss runs on the main rank alone: past DDP, no collectives
         if runtime.world_size > 1:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
             student = torch.nn.parallel.DistributedDataParallel(student, device_ids=device_ids)
         self.student = student
+        self.heldout = self._heldout_batches() if runtime.is_main else []
 
     def _resume(self) -> int:
         latest = checkpoints.latest_step_folder(self.dir)
@@ -257,6 +260,53 @@ class PhaseTrainer:
         state = checkpoints.read_state(latest)
         self.spent_before = float(state.get("phase_s", 0.0))
         return int(state["step"])
+
+    def _heldout_batches(self) -> list[DiffusionBatch]:
+        """The held-out loss's fixed batches: the first ``heldout_samples`` records, taking each task in
+        turn, masked once (a fixed seed) so that every point of the curve scores the same corruption."""
+        config = self.config
+        if not (config.heldout_every_steps and config.heldout_data):
+            return []
+        by_task: dict[str, list[Record]] = {}
+        for record in load_task_records(config.heldout_data):
+            by_task.setdefault(record.task, []).append(record)
+        turns = itertools.chain.from_iterable(itertools.zip_longest(*by_task.values()))
+        chosen = [record for record in turns if record is not None][: config.heldout_samples]
+        dataset = RecordDataset(
+            chosen, self.tokenizer, min_pixels=config.min_pixels, max_pixels=config.max_pixels
+        )
+        generator = torch.Generator().manual_seed(config.seed + 104_729)
+        size = config.local_batch_size
+        return [
+            self.collate.collator(
+                [dataset[i] for i in range(start, min(start + size, len(chosen)))], generator
+            )
+            for start in range(0, len(chosen), size)
+        ]
+
+    @torch.no_grad()
+    def _heldout_row(self, step: int) -> dict:
+        """The stage's loss on the held-out batches (losses summed as a step's are, the rest averaged)."""
+        samples = sum(len(batch.response_lens) for batch in self.heldout)
+        autocast = torch.autocast(self.runtime.device.type, torch.bfloat16, enabled=self.config.autocast_bf16)
+        sums: dict[str, float] = {}
+        self.model.eval()
+        for batch in self.heldout:
+            batch = batch.to(self.runtime.device, self.model.dtype)
+            with autocast:
+                if self.teacher is None:
+                    out = diffusion_loss(self.unwrapped, batch, samples, self.columns)
+                else:
+                    out = distill_loss(
+                        self.unwrapped, self.teacher, batch, samples, self.config, self.columns
+                    )
+            for key, value in out.items():
+                value = float(value)
+                summed = key in ("loss", "ce", "jsd")
+                sums[key] = sums.get(key, 0.0) + (value if summed else value / len(self.heldout))
+        self.model.train()
+        row = {"kind": "heldout", "phase": self.phase.name, "block_size": self.phase.block_size, "step": step}
+        return row | sums
 
     def _spent(self) -> float:
         """Seconds the phase has trained, in earlier runs and this one."""
@@ -422,6 +472,8 @@ class PhaseTrainer:
             bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
             if self.runtime.is_main:
                 append_metrics(self.metrics_path, row)
+                if self.heldout and (step + 1) % self.config.heldout_every_steps == 0:
+                    append_metrics(self.metrics_path, self._heldout_row(step + 1))
                 if (step + 1) % self.config.ckpt_every_steps == 0 and step + 1 < self.total_steps:
                     self._save(step + 1, final=False)
         bar.close()

@@ -15,8 +15,9 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   ``hidden``, ``vision_depth``, ``vision_hidden``; ``vocab_from``: data steps whose ids the vocabulary
   keeps) -> a checkpoint.
 - ``train``: one training stage (``stage``: sft, adapt or distill; ``config``: its YAML; ``model`` and for
-  distillation ``teacher``: earlier steps; ``data``: a data step; ``set``: keys over the config) -> the
-  stage's last phase's final checkpoint.
+  distillation ``teacher``: earlier steps; ``data``: a data step; ``heldout``: a data step whose loss is
+  logged every ``heldout_every_steps``; ``set``: keys over the config) -> the stage's last phase's final
+  checkpoint.
 - ``reduce_vocabulary``: ``model`` shrunk to the ids of the ``vocab_from`` data steps -> a checkpoint.
 - ``pack``: ``model`` as a bf16 checkpoint (what is bundled: half the bytes) -> a checkpoint.
 - ``evaluate``: ``model`` decoded on a data step (``block_size``, ``steps``, ``samples``; planning and
@@ -66,7 +67,7 @@ KINDS = (
     "evaluate",
     "closed_loop",
 )
-REFERENCES = ("model", "teacher", "data")  # keys whose value is one earlier step's name
+REFERENCES = ("model", "teacher", "data", "heldout")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
 MIN_STEP_S = 30.0  # a step is not started with less time left (loading a model and the loader alone)
 INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
@@ -328,9 +329,10 @@ def _train(step: dict[str, Any], context: _Context) -> Path:
         "device": context.device,
         "model": str(context.output(step["model"])),
         "out_dir": str(context.folder(step)),
-        "data": {task: str(data / f"{task}.json") for task in ("planning", "detection", "qa")},
+        "data": _task_files(data),
         "eval_data": {},
         **({"teacher": str(context.output(step["teacher"]))} if "teacher" in step else {}),
+        **({"heldout_data": _task_files(context.output(step["heldout"]))} if "heldout" in step else {}),
         **step.get("set", {}),
     }
     overrides = [f"{key}={json.dumps(value)}" for key, value in keys.items()]  # JSON is YAML
@@ -341,6 +343,10 @@ def _train(step: dict[str, Any], context: _Context) -> Path:
     if result["stopped"]:
         raise _Stopped
     return Path(result["phases"][-1]["checkpoint"])
+
+
+def _task_files(folder: Path) -> dict[str, str]:
+    return {task: str(folder / f"{task}.json") for task in ("planning", "detection", "qa")}
 
 
 def reduce_checkpoint(source: Path, out: Path, kept_ids: list[int]) -> None:

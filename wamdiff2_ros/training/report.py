@@ -26,7 +26,8 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def plot_loss(metrics_path: Path, png_path: Path) -> Path:
-    """Draw the training loss per optimizer step, one line per phase (block size), to ``png_path``.
+    """Draw the training loss per optimizer step, one line per phase (block size), and the held-out loss
+    (``kind: heldout`` rows) as dashed points, to ``png_path``.
 
     Returns:
         ``png_path``.
@@ -36,15 +37,16 @@ def plot_loss(metrics_path: Path, png_path: Path) -> Path:
     matplotlib.use("Agg")  # no display on training machines
     import matplotlib.pyplot as plt
 
-    rows = [
-        r
-        for r in read_metrics(metrics_path)
-        if r.get("kind", "train") == "train" and r.get("loss") is not None
-    ]
+    every = [r for r in read_metrics(metrics_path) if r.get("loss") is not None]
+    rows = [r for r in every if r.get("kind", "train") == "train"]
+    heldout = [r for r in every if r.get("kind") == "heldout"]
     figure, axis = plt.subplots(figsize=(7, 4))
     for phase in sorted({r["phase"] for r in rows}):
         points = sorted((r["step"], r["loss"]) for r in rows if r["phase"] == phase)
         axis.plot([p[0] for p in points], [p[1] for p in points], label=phase)
+        points = sorted((r["step"], r["loss"]) for r in heldout if r["phase"] == phase)
+        if points:
+            axis.plot([p[0] for p in points], [p[1] for p in points], "o--", label=f"{phase} held out")
     axis.set_xlabel("optimizer step")
     axis.set_ylabel("loss")
     axis.set_yscale("log")
