@@ -219,23 +219,22 @@ class _Clock:
         return self.deadline if self.readings >= self.late_from else self.deadline - 1.0
 
 
-def test_a_phase_stopped_at_its_deadline_resumes_to_the_same_weights(dataset_dir, tmp_path, monkeypatch):
+def test_a_phase_stopped_at_its_deadline_resumes_to_the_same_weights(
+    sft_run, dataset_dir, tmp_path, monkeypatch
+):
     from wamdiff2_ros.training import loop
 
-    config = load_config(
-        CONFIG_DIR / "train_sft_tiny.yaml", overrides(dataset_dir, tmp_path / "whole", "max_steps=4")
-    )
-    train(config)
-    uninterrupted = load_checkpoint(tmp_path / "whole" / "B1" / "final").model.state_dict()
-    stopped_config = replace(config, out_dir=str(tmp_path / "stopped"))
-    monkeypatch.setattr(loop, "time", _Clock(deadline=1000.0, late_from=3))  # steps 1 and 2, then late
-    result = train(stopped_config, deadline=1000.0)
+    extra = ("max_steps=8", "ckpt_every_steps=4")  # sft_run's: the same run, uninterrupted
+    config = load_config(CONFIG_DIR / "train_sft_tiny.yaml", overrides(dataset_dir, tmp_path, *extra))
+    monkeypatch.setattr(loop, "time", _Clock(deadline=1000.0, late_from=4))  # steps 1 to 3, then late
+    result = train(config, deadline=1000.0)
     monkeypatch.undo()
-    phase = tmp_path / "stopped" / "B1"
+    phase = tmp_path / "B1"
     assert result["stopped"] and result["phases"] == []
-    assert sorted(p.name for p in phase.iterdir()) == ["step_0000002"]  # resumable, not final
-    assert json.loads((phase / "step_0000002" / "trainer_state.json").read_text())["phase_s"] > 0
-    assert not train(stopped_config)["stopped"]
+    assert sorted(p.name for p in phase.iterdir()) == ["step_0000003"]  # resumable, not final
+    assert json.loads((phase / "step_0000003" / "trainer_state.json").read_text())["phase_s"] > 0
+    assert not train(config)["stopped"]
+    uninterrupted = load_checkpoint(sft_run / "B1" / "final").model.state_dict()
     resumed = load_checkpoint(phase / "final").model.state_dict()
     for name, tensor in uninterrupted.items():
         torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
