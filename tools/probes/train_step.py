@@ -3,8 +3,10 @@
 Generates a small scene set, makes the seeing recipe's initial model, then trains its AR teacher for a few
 dozen steps in several configurations (micro-batch size, loader processes) and profiles one step of each with
 torch.profiler (CPU and CUDA): the step's wall time against its kernels' time, the launches and the host
-syncs. Usage on the device machine (carry ``train_wheels``, installed as tools/device_recipe.sh does):
-``python3 tools/probes/train_step.py OUT_DIR [DEVICE]``; prints a summary and writes OUT_DIR/train_step.json.
+syncs. Usage on the device machine, carrying ``train_wheels`` (about 100 s with the machine's start):
+``python3 -m pip install -q --no-index --no-deps --target /tmp/site train_wheels/*.whl &&
+PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 python3 tools/probes/train_step.py $OUT/probe``; it prints a
+summary and writes OUT_DIR/train_step.json (DEVICE, a second argument, defaults to cuda).
 """
 
 from __future__ import annotations
