@@ -68,6 +68,7 @@ def main(out_dir: Path, device: str = "cuda", samples: int = 1536) -> None:
     base = yaml.safe_load(Path("config/recipes/seeing_model.yaml").read_text())
     steps = [s for s in base["steps"] if s["name"] in ("init",)]
     teacher = next(s for s in base["steps"] if s["name"] == "teacher")
+    teacher = {key: value for key, value in teacher.items() if key != "heldout"}  # no selection scenes here
     recipe = {
         "run_dir": str(out_dir / "run"),
         "device": device,
