@@ -121,30 +121,57 @@ def test_graphed_detection_with_its_grammar_matches_eager(
 
 
 @pytest.mark.parametrize("size", [8, 1], ids=["B8", "B1-causal"])
-def test_flashinfer_logits_match_sdpa_within_bf16_tolerance(bf16_model, planning_prompt, size):
+@pytest.mark.parametrize("backend", ["flashinfer", "triton"])
+def test_fast_attention_logits_match_sdpa_within_bf16_tolerance(bf16_model, planning_prompt, size, backend):
     # B = 1 plans one causal request per row (prompt and answer forwards) instead of one per token.
-    pytest.importorskip("flashinfer")
+    pytest.importorskip(backend)
     rows = 2
     blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
     blocks[2][:, ::2] = MASK_ID
     logits = {}
-    for backend in ("sdpa", "flashinfer"):
-        cache = StaticBlockCache(bf16_model, size, rows, planning_prompt.length, 32, backend=backend)
+    for name in ("sdpa", backend):
+        cache = StaticBlockCache(bf16_model, size, rows, planning_prompt.length, 32, backend=name)
         cache.prefill(planning_prompt)
         cache.write(blocks[0])
-        logits[backend] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
-    error = ((logits["flashinfer"] - logits["sdpa"]).norm() / logits["sdpa"].norm()).item()
+        logits[name] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    error = ((logits[backend] - logits["sdpa"]).norm() / logits["sdpa"].norm()).item()
     assert error < 2e-2, f"relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("rows", [1, 8], ids=lambda k: f"K{k}")
+@pytest.mark.parametrize("length", [32, 64], ids=["block", "fused"])
+def test_split_keys_triton_kernels_at_the_2b_shape_are_within_bf16_of_sdpa(rows, length):
+    # 16 query / 8 KV heads of 128, a 2,106-token prompt in a 2,304-slot cache, B = 32: the decode's shape.
+    pytest.importorskip("triton")
+    from wamdiff2_ros.decoding.attention.sdpa import SdpaAttention
+    from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    cache = StaticKVCache.allocate(1, rows, 2304, 8, 128, torch.bfloat16, torch.device("cuda"))
+    cache.keys.normal_(generator=generator)
+    cache.values.normal_(generator=generator)
+    twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
+    prompt, start = 2106, 2106 + 64
+    twin.share_prompt(prompt)
+    q = torch.randn(rows, length, 16, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+    kernels, sdpa = SplitKeysAttention(cache, 32, 16), SdpaAttention(twin, 32)
+    for attention in (kernels, sdpa):
+        attention.plan(start, length, prompt)
+        attention.prepare(torch.tensor(start, device="cuda"), length)
+    error = _relative_error(kernels.attend(0, q), sdpa.attend(0, q))
+    assert error < 1e-2, f"relative error {error:.3g}"
 
 
 @pytest.mark.parametrize("cache_order", ["fused", "reference"])
 @pytest.mark.parametrize("rows", [1, 4], ids=lambda k: f"K{k}")
-def test_flashinfer_graphs_match_flashinfer_without_graphs(
-    bf16_model, tokenizer, planning_prompt, rows, cache_order
+@pytest.mark.parametrize("backend", ["flashinfer", "triton"])
+def test_fast_attention_graphs_match_the_same_backend_without_graphs(
+    bf16_model, tokenizer, planning_prompt, rows, cache_order, backend
 ):
-    pytest.importorskip("flashinfer")
+    pytest.importorskip(backend)
     settings = {"block_size": 8, "steps": 4, "commit_rule": "low_confidence_static", "candidates": rows}
-    settings.update(cache_order=cache_order, max_new_tokens=32, backend="flashinfer")
+    settings.update(cache_order=cache_order, max_new_tokens=32, backend=backend)
     plain = _decode(bf16_model, tokenizer, planning_prompt, **settings)
     graphed = _decode(bf16_model, tokenizer, planning_prompt, cuda_graphs=True, **settings)
     assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in plain.candidates]

@@ -8,12 +8,14 @@ block's 32 queries (16 query / 8 KV heads of 128) over ~2.1k cached keys, 28 lay
 through FlashInfer's kernel families (fa2, fa3, auto) and page sizes 1 and 16, re-planned and replayed at
 other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
-matches the twin, against ``kernel_config``'s). vision_attention: the 1080p tower's attention in bf16 (cuDNN,
-FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each number is the median of 15 graph
-replays of 20 (gemm, w8a16), 24 (vision_attention) or 28 (attention) calls.
+matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
+2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
+FlashInfer's backend, with the error against SDPA. vision_attention: the 1080p tower's attention in bf16
+(cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each number is the median of 15
+graph replays of 20 (gemm, w8a16), 24 (vision_attention) or 28 (attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,vision_attention] (the parts to run; default the first three).
+[gemm,fp8,attention,w8a16,split_keys,vision_attention] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -281,6 +283,47 @@ def w8a16() -> dict[str, object]:
     return results
 
 
+def split_keys() -> dict[str, dict[str, float]]:
+    """The answer forward's attention as the decoder runs it: the split-keys kernels (``triton``) against
+    FlashInfer's backend (FA2 for one row, FA3 for K), us per layer over 28 layers in one graph."""
+    from wamdiff2_ros.decoding.attention import make_attention
+    from wamdiff2_ros.decoding.attention.sdpa import SdpaAttention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    prompt = 2106
+    results = {}
+    for rows in (1, 8):
+        cache = StaticKVCache.allocate(LAYERS, rows, MAX_LEN, KV_HEADS, HEAD_DIM, torch.bfloat16, DEVICE)
+        cache.keys.normal_()
+        cache.values.normal_()
+        twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
+        twin.share_prompt(prompt)
+        for length in (32, 64):
+            start = prompt + 64
+            q = torch.randn(rows, length, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
+            sdpa = SdpaAttention(twin, 32)
+            sdpa.prepare(torch.tensor(start, device=DEVICE), length)
+            exact = sdpa.attend(LAYERS - 1, q).float()
+            for name in ("flashinfer", "triton"):
+                attention = make_attention(name, cache, 32, True, QUERY_HEADS)
+                attention.plan(start, length, prompt)
+                slot = torch.tensor(start, device=DEVICE)
+
+                def layers(attention=attention, slot=slot, q=q, length=length) -> None:
+                    attention.prepare(slot, length)
+                    for layer in range(LAYERS):
+                        attention.attend(layer, q)
+
+                out = attention.attend(LAYERS - 1, q).float()
+                row = {
+                    "us_per_layer": graph_ms(layers) * 1000 / LAYERS,
+                    "rel_error": float((out - exact).norm() / exact.norm()),
+                }
+                results[f"K{rows} n{length} {name}"] = row
+                print(rows, length, name, row, flush=True)
+    return results
+
+
 def vision_attention() -> dict[str, dict[str, float]]:
     """The 1080p vision tower's attention (16 heads of 64 over 7,920 patches, one block), bf16 against FP8
     (FlashInfer's FA3 with per-head scales; issue 18's lever for the 18 ms tower): ms per call as the tower
@@ -333,6 +376,7 @@ if __name__ == "__main__":
         "fp8": fp8,
         "attention": attention,
         "w8a16": w8a16,
+        "split_keys": split_keys,
         "vision_attention": vision_attention,
     }
     report = {part: probes[part]() for part in parts}

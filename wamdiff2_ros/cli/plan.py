@@ -110,8 +110,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--backend",
         choices=PLAN_BACKENDS,
-        help="decoder forward: eager (transformers, the reference; default), sdpa or flashinfer (the fast "
-        "path), auto (flashinfer where installed on a CUDA device, else sdpa)",
+        help="decoder forward: eager (transformers, the reference; default), sdpa, flashinfer or triton (the "
+        "fast path), auto (flashinfer where installed on a CUDA device, else sdpa)",
     )
     parser.add_argument(
         "--cuda-graphs",

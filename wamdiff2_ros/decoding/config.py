@@ -9,7 +9,7 @@ from wamdiff2_ros.errors import InputError
 
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
-BACKENDS = ("eager", "sdpa", "flashinfer")
+BACKENDS = ("eager", "sdpa", "flashinfer", "triton")
 # Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model), fp8 (W8A8) or
 # fp8_weight_only (W8A16): decoding/fp8.py
 WEIGHT_FORMATS = ("bf16", "fp8", "fp8_weight_only")
@@ -51,7 +51,9 @@ class DecodeConfig:
         suppress_mask_token: never emit the mask id (the reference does not suppress it; pitfall 7).
         Default on.
         backend: ``eager`` (transformers' forward over a ``DynamicCache``: the reference), ``sdpa`` or
-            ``flashinfer`` (the fast path: static cache, lean forward, that attention; decoding/fast.py).
+            ``flashinfer`` (the fast path: static cache, lean forward, that attention; decoding/fast.py), or
+            ``triton`` (the fast path with the split-keys kernels for the answer and FlashInfer for the
+            prompt; decoding/attention/split_keys.py).
         cuda_graphs: fast path only: replay CUDA graphs instead of launching kernels (CUDA devices only).
         compile: fast path only: run the lean forward's work between attention calls (and, with CUDA graphs,
             each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is
@@ -116,9 +118,11 @@ class DecodeConfig:
             raise InputError(f"backend {self.backend!r} serves the block decoder only, not {self.decoder!r}")
         for name in ("cuda_graphs", "compile"):
             if getattr(self, name) and self.backend == "eager":
-                raise InputError(f"{name} needs a fast backend (sdpa or flashinfer), not eager")
+                raise InputError(f"{name} needs a fast backend (sdpa, flashinfer or triton), not eager")
         if self.weights != "bf16" and self.backend == "eager":
-            raise InputError(f"weights {self.weights!r} need a fast backend (sdpa or flashinfer), not eager")
+            raise InputError(
+                f"weights {self.weights!r} need a fast backend (sdpa, flashinfer or triton), not eager"
+            )
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:

@@ -55,7 +55,7 @@ class FastDecoder:
         vision: LeanVision | None = None,
     ) -> None:
         if config.backend == "eager":
-            raise InputError("FastDecoder needs backend sdpa or flashinfer")
+            raise InputError("FastDecoder needs backend sdpa, flashinfer or triton")
         if config.cuda_graphs and model.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {model.device}")
         if decoder is not None and lean_key(decoder) != lean_key(config):

@@ -20,7 +20,7 @@ import time
 import torch
 from transformers import Qwen3VLForConditionalGeneration
 
-from wamdiff2_ros.decoding.attention import make_attention
+from wamdiff2_ros.decoding.attention import make_attention, prompt_backend
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
@@ -52,7 +52,8 @@ class StaticBlockCache:
         rows: K candidate rows.
         max_prompt_len: longest prompt this cache takes.
         max_new_tokens: answer budget.
-        backend: attention backend name (``sdpa`` or ``flashinfer``).
+        backend: attention backend name (``sdpa``, ``flashinfer`` or ``triton``; ``prompt_backend`` picks the
+            prompt's).
         cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
         vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
@@ -101,7 +102,11 @@ class StaticBlockCache:
         # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
         # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
         self.prompt_attention = make_attention(
-            backend, self.cache.first_row(), block_size, model.device.type == "cuda", self.decoder.heads
+            prompt_backend(backend),
+            self.cache.first_row(),
+            block_size,
+            model.device.type == "cuda",
+            self.decoder.heads,
         )
         self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
         # M-RoPE offset of the current prompt, read by graphs at replay (it depends on the image grid).

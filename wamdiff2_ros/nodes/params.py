@@ -97,9 +97,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
         "decoder.backend",
         "sdpa",
-        "Decoder forward: the fast path (static cache, lean forward; sdpa or flashinfer attention) or eager "
-        "(transformers, the reference it is tested against); auto: flashinfer where it is installed and "
-        "model.device is CUDA, else sdpa.",
+        "Decoder forward: the fast path (static cache, lean forward; sdpa, flashinfer or triton "
+        "attention) or eager (transformers, the reference it is tested against); auto: flashinfer where "
+        "it is installed and model.device is CUDA, else sdpa.",
         choices=(*BACKENDS, "auto"),
     ),
     Param(

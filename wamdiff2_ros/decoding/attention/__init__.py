@@ -1,4 +1,5 @@
-"""Attention backends of the fast decoder: SDPA (CPU, fallback) and FlashInfer (lazily imported)."""
+"""Attention backends of the fast decoder: SDPA (CPU, fallback), FlashInfer and the split-keys Triton kernels
+(the last two lazily imported)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ if TYPE_CHECKING:
     from wamdiff2_ros.decoding.attention.base import Attention
     from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
-BACKENDS = ("sdpa", "flashinfer")
+BACKENDS = ("sdpa", "flashinfer", "triton")
 
 
 def resolve_backend(name: str, device: str) -> str:
@@ -24,13 +25,21 @@ def resolve_backend(name: str, device: str) -> str:
     return "flashinfer" if on_cuda and importlib.util.find_spec("flashinfer") is not None else "sdpa"
 
 
+def prompt_backend(name: str) -> str:
+    """The backend of the prompt's forward: ``triton``'s kernels serve the answer's short forwards only; its
+    prompt goes through FlashInfer where installed, else SDPA."""
+    if name != "triton":
+        return name
+    return "flashinfer" if importlib.util.find_spec("flashinfer") is not None else "sdpa"
+
+
 def make_attention(
     name: str, cache: StaticKVCache, block_size: int, use_cuda_graph: bool, query_heads: int
 ) -> Attention:
     """The attention backend ``name`` over ``cache``.
 
     Args:
-        name: ``sdpa`` or ``flashinfer``.
+        name: ``sdpa``, ``flashinfer`` or ``triton`` (answer forwards only: see ``prompt_backend``).
         cache: the static KV cache the backend reads.
         block_size: B; queries attend in B-sized groups (see ``StaticKVCache`` for the visibility rule).
         use_cuda_graph: the forwards will be captured in CUDA graphs (FlashInfer needs fixed buffers).
@@ -50,4 +59,8 @@ def make_attention(
         from wamdiff2_ros.decoding.attention.flashinfer import FlashInferAttention
 
         return FlashInferAttention(cache, block_size, use_cuda_graph, query_heads)
+    if name == "triton":
+        from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
+
+        return SplitKeysAttention(cache, block_size, query_heads)
     raise InputError(f"attention backend must be one of {BACKENDS}, got {name!r}")

@@ -1,0 +1,67 @@
+"""The split-keys Triton attention against its twin, SDPA over the same cache (attention/split_keys.py).
+
+On the CPU the kernels run under Triton's interpreter, in a process of their own (Triton reads
+TRITON_INTERPRET when it is imported); Triton is not installed on the CPU machines, so there the test is
+skipped. On a GPU, ``test_split_keys_gpu`` in test_fast_gpu.py checks the compiled kernels the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wamdiff2_ros.decoding.attention import make_attention, prompt_backend
+from wamdiff2_ros.errors import InputError
+
+TWIN = """
+import torch
+from wamdiff2_ros.decoding.attention.sdpa import SdpaAttention
+from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
+from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+generator = torch.Generator().manual_seed(0)
+# (rows, query heads, KV heads, head dim, B, prompt, answer slots written, queries): one and three rows,
+# two and four grouped heads, a forward of B and a fused one of 2B, keys over three chunks of 128
+for rows, heads, kv_heads, dim, block, prompt, written, length in (
+    (1, 4, 2, 16, 8, 150, 0, 8),
+    (3, 4, 2, 32, 8, 200, 16, 16),
+    (2, 8, 2, 16, 32, 190, 32, 64),
+):
+    cache = StaticKVCache.allocate(1, rows, 300, kv_heads, dim, torch.float32, torch.device("cpu"))
+    cache.keys.copy_(torch.randn(cache.keys.shape, generator=generator))
+    cache.values.copy_(torch.randn(cache.values.shape, generator=generator))
+    twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
+    twin.share_prompt(prompt)  # SDPA reads each row's own prompt; the kernels read row 0's
+    q = torch.randn(rows, length, heads, dim, generator=generator)
+    start = prompt + written
+    kernels, sdpa = SplitKeysAttention(cache, block, heads), SdpaAttention(twin, block)
+    for attention in (kernels, sdpa):
+        attention.plan(start, length, prompt)
+        attention.prepare(torch.tensor(start), length)
+    got, expected = kernels.attend(0, q), sdpa.attend(0, q)
+    error = (got - expected).abs().max().item()
+    assert error < 1e-5, (rows, heads, kv_heads, dim, block, length, error)
+    kernels.plan(start + block, block, prompt)  # the next forward: same buffers' length, a later slot
+    kernels.prepare(torch.tensor(start + block), block)
+    sdpa.prepare(torch.tensor(start + block), block)
+    error = (kernels.attend(0, q[:, :block]) - sdpa.attend(0, q[:, :block])).abs().max().item()
+    assert error < 1e-5, ("moved", rows, error)
+print("ok")
+"""
+
+
+def test_split_keys_kernels_under_the_interpreter_are_the_sdpa_twin():
+    pytest.importorskip("triton")
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", TWIN], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel():
+    assert prompt_backend("triton") in ("flashinfer", "sdpa")
+    assert prompt_backend("sdpa") == "sdpa"
+    with pytest.raises(InputError):
+        make_attention("nope", None, 8, False, 4)

@@ -1,0 +1,204 @@
+"""Split-keys attention for the answer's forwards: a Triton kernel pair over the static cache (``triton``).
+
+An answer forward is 32 queries (64 in the fused order) over ~2,100 cached keys: far too little work to fill
+132 SMs if one program takes a KV head's queries over all keys. FlashInfer's FA2 splits the keys too but
+took 15.5 us per layer on the H200 (docs/BENCHMARKS.md), against a floor of ~2 us for reading the layer's
+8.8 MB of K/V. Here the keys are cut into fixed chunks of ``CHUNK``: one program per (chunk, KV head, query
+tile) computes the tile's softmax-weighted values over its chunk with its log-sum-exp, and a second kernel
+merges the chunks (flash-decoding). The grid depends only on the cache's size, never on the prompt: chunks
+past a forward's keys exit at once, and the first slot and the prompt length are read from the device, so
+one captured launch serves every forward of the same query count.
+
+Visibility is the block-causal rule of ``SdpaAttention`` (its twin): query i of a forward of n from slot s
+sees keys below ``min(s + (i // B + 1) * B, s + n)``. Slots below the prompt length are read from row 0 (the
+K candidate rows share the prompt). The grouped query heads of one KV head are packed as rows of one tile,
+so a tile's K/V are loaded once for all of them. The prompt itself goes through FlashInfer (or SDPA where it
+is absent): compute-bound, where these kernels have nothing to add. Triton is imported when a backend is
+built; a CPU cache runs under ``TRITON_INTERPRET=1`` (how the tests check it without a GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+CHUNK = 128  # keys per program: ~18 chunks x 8 KV heads = ~144 programs for a 2,300-slot cache
+KEYS_PER_STEP = 64  # keys per inner iteration of a program
+PACKED_ROWS = 64  # query rows (queries x grouped heads) per tile
+
+
+@functools.cache
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def partial(
+        q_ptr, k_ptr, v_ptr, bounds_ptr, out_ptr, lse_ptr, n, tiles_per_row, max_len, scale,
+        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+        QUERIES: tl.constexpr, KEYS: tl.constexpr, CHUNK: tl.constexpr, INTERPRETED: tl.constexpr,
+    ):  # fmt: skip
+        chunk, head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        group: tl.constexpr = QUERY_HEADS // KV_HEADS
+        rows: tl.constexpr = QUERIES * group
+        row, query_tile = tile // tiles_per_row, tile % tiles_per_row
+        start, shared = tl.load(bounds_ptr), tl.load(bounds_ptr + 1)
+        packed = tl.arange(0, rows)
+        query = query_tile * QUERIES + packed // group
+        query_head = head * group + packed % group
+        valid = query < n
+        limit = tl.where(valid, tl.minimum(start + (query // BLOCK + 1) * BLOCK, start + n), 0)
+        dims = tl.arange(0, D)
+        q = tl.load(
+            q_ptr + ((row * n + query) * QUERY_HEADS + query_head)[:, None] * D + dims[None, :],
+            mask=valid[:, None],
+            other=0.0,
+        )
+        low = chunk * CHUNK
+        high = tl.minimum(low + CHUNK, tl.max(limit, axis=0))
+        best = tl.full((rows,), float("-inf"), tl.float32)
+        total = tl.zeros((rows,), tl.float32)
+        accumulator = tl.zeros((rows, D), tl.float32)
+        for first in range(low, high, KEYS):
+            slots = first + tl.arange(0, KEYS)
+            source = tl.where(slots < shared, 0, row)  # the prompt lives in row 0
+            offsets = ((source * max_len + slots) * KV_HEADS + head)[:, None] * D + dims[None, :]
+            inside = slots[:, None] < high
+            k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
+            v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
+            if INTERPRETED:  # the interpreter multiplies bf16 operands' raw bits: give it fp32
+                scores = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
+            else:
+                scores = tl.dot(q, tl.trans(k))
+            scores = tl.where(slots[None, :] < limit[:, None], scores * scale, float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=1))
+            reference = tl.where(new_best == float("-inf"), 0.0, new_best)  # rows that see no key yet
+            weights = tl.exp(scores - reference[:, None])
+            decay = tl.exp(best - reference)
+            total = total * decay + tl.sum(weights, axis=1)
+            if INTERPRETED:
+                accumulator = accumulator * decay[:, None] + tl.dot(weights, v.to(tl.float32))
+            else:
+                accumulator = accumulator * decay[:, None] + tl.dot(weights.to(v.dtype), v)
+            best = new_best
+        seen = total > 0
+        part = (tile * KV_HEADS + head) * tl.num_programs(0) + chunk
+        tl.store(
+            out_ptr + (part * rows + packed)[:, None] * D + dims[None, :],
+            accumulator / tl.where(seen, total, 1.0)[:, None],
+        )
+        tl.store(lse_ptr + part * rows + packed, tl.where(seen, best + tl.log(total), float("-inf")))
+
+    @triton.jit
+    def merge(
+        parts_ptr, lse_ptr, out_ptr, n, tiles_per_row, chunks,
+        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
+    ):  # fmt: skip
+        head, tile = tl.program_id(0), tl.program_id(1)
+        group: tl.constexpr = QUERY_HEADS // KV_HEADS
+        rows: tl.constexpr = QUERIES * group
+        row, query_tile = tile // tiles_per_row, tile % tiles_per_row
+        packed = tl.arange(0, rows)
+        dims = tl.arange(0, D)
+        first = (tile * KV_HEADS + head) * chunks
+        best = tl.full((rows,), float("-inf"), tl.float32)
+        for chunk in range(0, chunks):
+            best = tl.maximum(best, tl.load(lse_ptr + (first + chunk) * rows + packed))
+        reference = tl.where(best == float("-inf"), 0.0, best)
+        total = tl.zeros((rows,), tl.float32)
+        accumulator = tl.zeros((rows, D), tl.float32)
+        for chunk in range(0, chunks):
+            weight = tl.exp(tl.load(lse_ptr + (first + chunk) * rows + packed) - reference)
+            part = tl.load(parts_ptr + ((first + chunk) * rows + packed)[:, None] * D + dims[None, :])
+            total += weight
+            accumulator += weight[:, None] * part
+        query = query_tile * QUERIES + packed // group
+        query_head = head * group + packed % group
+        tl.store(
+            out_ptr + ((row * n + query) * QUERY_HEADS + query_head)[:, None] * D + dims[None, :],
+            (accumulator / tl.where(total > 0, total, 1.0)[:, None]).to(out_ptr.dtype.element_ty),
+            mask=(query < n)[:, None],
+        )
+
+    return partial, merge
+
+
+class SplitKeysAttention:
+    """The answer's forwards through the split-keys kernels (see the module docstring).
+
+    Args:
+        cache: the static cache (CUDA, or CPU under Triton's interpreter).
+        block_size: B.
+        query_heads: Hq (a power-of-two multiple of the cache's Hkv, at most ``PACKED_ROWS``).
+
+    Raises:
+        ImportError: Triton is not installed.
+        ValueError: the head grouping does not pack into a tile.
+    """
+
+    shares_prompt = True  # rows read row 0's prompt slots
+
+    def __init__(self, cache: StaticKVCache, block_size: int, query_heads: int) -> None:
+        import triton  # noqa: F401  (fail at construction, not at the first forward)
+
+        kv_heads, head_dim = cache.keys.shape[3:]
+        group = query_heads // kv_heads
+        if query_heads % kv_heads or group & (group - 1) or group > PACKED_ROWS or head_dim & (head_dim - 1):
+            raise ValueError(f"cannot pack {query_heads} query heads over {kv_heads} of {head_dim} in a tile")
+        self.cache = cache
+        self.block_size = block_size
+        self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
+        self.queries = PACKED_ROWS // group  # queries per tile
+        self.chunks = -(-cache.max_len // CHUNK)
+        self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
+        self.planned: tuple[int, int] | None = None
+        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # query count -> (parts, lse)
+        self.active: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+
+    def plan(self, start: int, length: int, shared: int) -> None:
+        """Host side, outside any graph: the partial-result buffers of ``length`` queries (kept per query
+        count, so a captured launch keeps its pointers) and the prompt length (first slot comes from
+        ``prepare``)."""
+        if length not in self.buffers:
+            tiles = self.cache.rows * -(-length // self.queries)
+            rows = self.queries * (self.query_heads // self.kv_heads)
+            parts = torch.empty(
+                tiles * self.kv_heads * self.chunks * rows, self.head_dim, device=self.cache.device
+            )
+            self.buffers[length] = (parts, torch.empty(parts.shape[0], device=self.cache.device))
+        self.active = self.buffers[length]
+        if self.planned != (shared, length):
+            self.bounds[1].fill_(shared)  # a kernel with the value as argument: no host sync
+            self.planned = (shared, length)
+
+    def prepare(self, start: torch.Tensor, length: int) -> None:
+        """Device side, inside the graph: the forward's first slot into the kernels' bounds."""
+        self.bounds[0].copy_(start)
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
+        partial, merge = _kernels()
+        rows, length = q.shape[:2]
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        parts, lse = self.active
+        tiles_per_row = -(-length // self.queries)
+        shape = {"QUERY_HEADS": self.query_heads, "KV_HEADS": self.kv_heads, "D": self.head_dim}
+        partial[(self.chunks, self.kv_heads, rows * tiles_per_row)](
+            q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
+            length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **shape,
+            BLOCK=self.block_size, QUERIES=self.queries, KEYS=KEYS_PER_STEP, CHUNK=CHUNK,
+            INTERPRETED=self.interpreted,
+        )  # fmt: skip
+        merge[(self.kv_heads, rows * tiles_per_row)](
+            parts, lse, out, length, tiles_per_row, self.chunks, **shape, QUERIES=self.queries
+        )
+        return out.view(rows, length, -1)
