@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from wamdiff2_ros.cli.bench import SUITES, suite_rows
+from wamdiff2_ros.cli.bench import SUITES, selected, suite_rows
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.cost import block_floor_ms_per_token, forward_cost
 from wamdiff2_ros.eval.speed import SpeedRow, Timing, format_table, kernel_kind, time_call, write_json
@@ -112,3 +112,10 @@ def test_bench_decode_runs_end_to_end_on_the_tiny_preset(tmp_path, capsys):
 )
 def test_profile_sorts_kernels_by_kind(name, kind):
     assert kernel_kind(name) == kind
+
+
+def test_only_parts_pick_rows_by_substring_or_by_their_end():
+    name = "B32 S8 flashinfer graphs fused compile"
+    assert selected(name, None) and selected(name, ["fused compile"])
+    assert selected(name, ["S8 flashinfer graphs fused compile$"])
+    assert not selected(name + " fp8", ["S8 flashinfer graphs fused compile$"])

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from wamdiff2_ros.decoding import fp8
+from wamdiff2_ros.decoding import fp8, fp8_kernel
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
@@ -116,3 +116,10 @@ def test_the_w8a16_triton_kernel_under_the_interpreter_is_its_twin():
         [sys.executable, "-c", INTERPRETED_TWIN], env=environment, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_w8a16_launch_is_the_sweeps_winner_for_2b_shapes_and_a_default_elsewhere():
+    assert fp8_kernel.kernel_config(32, 4096, 2048) == fp8_kernel.SWEPT[32, 4096, 2048]
+    assert fp8_kernel.kernel_config(100, 2048, 6144) == fp8_kernel.SWEPT[128, 2048, 6144]  # next bucket up
+    assert fp8_kernel.kernel_config(32, 96, 256) == fp8_kernel.KernelConfig(32, 16, 128)  # not swept
+    assert fp8_kernel.kernel_config(512, 4096, 2048).block_m == 64  # beyond the sweep

@@ -288,6 +288,7 @@ def split_keys() -> dict[str, dict[str, float]]:
     FlashInfer's backend (FA2 for one row, FA3 for K), us per layer over 28 layers in one graph."""
     from wamdiff2_ros.decoding.attention import make_attention
     from wamdiff2_ros.decoding.attention.sdpa import SdpaAttention
+    from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
     from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
     prompt = 2106
@@ -304,8 +305,11 @@ def split_keys() -> dict[str, dict[str, float]]:
             sdpa = SdpaAttention(twin, 32)
             sdpa.prepare(torch.tensor(start, device=DEVICE), length)
             exact = sdpa.attend(LAYERS - 1, q).float()
-            for name in ("flashinfer", "triton"):
-                attention = make_attention(name, cache, 32, True, QUERY_HEADS)
+            for name in ("flashinfer", "triton", "triton chunk 64", "triton chunk 256"):
+                if name.startswith("triton chunk"):
+                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk=int(name.split()[-1]))
+                else:
+                    attention = make_attention(name, cache, 32, True, QUERY_HEADS)
                 attention.plan(start, length, prompt)
                 slot = torch.tensor(start, device=DEVICE)
 
@@ -314,6 +318,7 @@ def split_keys() -> dict[str, dict[str, float]]:
                     for layer in range(LAYERS):
                         attention.attend(layer, q)
 
+                attention.prepare(slot, length)
                 out = attention.attend(LAYERS - 1, q).float()
                 row = {
                     "us_per_layer": graph_ms(layers) * 1000 / LAYERS,

@@ -47,6 +47,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="quick",
         help="quick: headline rows; full: the table; compile: the headline with and without torch.compile",
     )
+    parser.add_argument(
+        "--attention",
+        choices=("auto", "sdpa", "flashinfer", "triton"),
+        default="auto",
+        help="plan: the fast path's attention backend (default auto: flashinfer where installed on CUDA)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     parser.add_argument("--json", help="write the card and rows to this file")
@@ -77,7 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--only",
         default="",
-        help="plan, decode: run only the rows whose name contains one of these comma-separated parts (e.g. "
+        help="plan, decode: run only the rows whose name contains one of these comma-separated parts (a part "
+        "ending in $ must end the name; e.g. "
         "'K1 grammar,K4 free'): a compiled row's warm-up takes minutes",
     )
     parser.add_argument(
@@ -323,7 +330,15 @@ def plan_rows(
             settings = {**base, "grammar": True, "candidates": k, "temperature": 0.7 if k > 1 else 0.0}
             settings.update(backend="eager", cuda_graphs=False, compile=False)
             rows.append((f"{sizes[0]} K{k} grammar eager", sizes[0], settings))
-    return [row for row in rows if not only or any(part in row[0] for part in only)]
+    return [row for row in rows if selected(row[0], only)]
+
+
+def selected(name: str, only: list[str] | None) -> bool:
+    """Whether ``--only``'s parts pick the row ``name``: no parts, or one it contains (a part ending in ``$``:
+    one it ends with)."""
+    if not only:
+        return True
+    return any(name.endswith(part[:-1]) if part.endswith("$") else part in name for part in only)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -339,7 +354,7 @@ def _plan(args: argparse.Namespace) -> int:
     from wamdiff2_ros.model.tokenizer import load_tokenizer
 
     device = torch.device(args.device)
-    fast = resolve_backend("auto", args.device) if device.type == "cuda" else "sdpa"
+    fast = resolve_backend(args.attention, args.device) if device.type == "cuda" else "sdpa"
     model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
     loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{args.preset}")
     card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS}
@@ -506,7 +521,7 @@ def run(args: argparse.Namespace) -> int:
         only = [part for part in args.only.split(",") if part]
         for prompt in prompts:
             for name, settings in suite_rows(args.suite, has_flashinfer, graphs=device.type == "cuda"):
-                if only and not any(part in name for part in only):
+                if not selected(name, only):
                     continue
                 config = DecodeConfig(max_new_tokens=args.max_new_tokens, **settings)
                 decoder, prefill = None, prefills[prompt.length]["hf eager"]

@@ -31,10 +31,37 @@ class KernelConfig(NamedTuple):
     stages: int = 3
 
 
+# The H200 sweep's fastest launch per 2b product (N, K) and M bucket (tools/probes/gpu_kernels.py w8a16,
+# docs/log/w8a16-sweep-h200-2026-12-02.json). Even these lose to cuBLAS bf16 at every layer shape (M = 32:
+# 44 against 34 us per layer); only the LM head at M = 32 is faster (109 against 151 us).
+SWEPT = {
+    (32, 4096, 2048): KernelConfig(32, 16, 256),
+    (32, 2048, 2048): KernelConfig(32, 16, 512),
+    (32, 2048, 6144): KernelConfig(32, 16, 512),
+    (64, 4096, 2048): KernelConfig(64, 32, 256),
+    (64, 2048, 2048): KernelConfig(64, 16, 512),
+    (64, 12288, 2048): KernelConfig(64, 32, 128),
+    (64, 2048, 6144): KernelConfig(64, 16, 512),
+    (64, 151936, 2048): KernelConfig(64, 128, 128),
+    (128, 2048, 2048): KernelConfig(64, 32, 256),
+    (128, 12288, 2048): KernelConfig(64, 128, 128),
+    (128, 2048, 6144): KernelConfig(64, 32, 256),
+    (128, 151936, 2048): KernelConfig(64, 128, 128),
+    (256, 4096, 2048): KernelConfig(64, 64, 128),
+    (256, 2048, 2048): KernelConfig(64, 32, 128),
+    (256, 12288, 2048): KernelConfig(64, 128, 128, warps=8),
+    (256, 2048, 6144): KernelConfig(64, 32, 128),
+    (256, 151936, 2048): KernelConfig(64, 128, 128),
+}
+
+
 def kernel_config(m: int, n: int, k: int) -> KernelConfig:
-    """The launch of an (m, k) x (k, n) product: M covered by as few tiles as tl.dot allows, N cut finely
-    enough that a 2,048-column product still gives ~128 programs on a 132-SM H200. The first H200 run
-    (docs/BENCHMARKS.md, "W8A16") found these leave the bandwidth unused at M = 32: untuned."""
+    """The launch of an (m, k) x (k, n) product: the sweep's winner for the 2b shapes (``SWEPT``, by the
+    smallest swept M at or above ``m``), else M covered by as few tiles as tl.dot allows and N cut finely
+    enough that a 2,048-column product still gives ~128 programs on a 132-SM H200."""
+    bucket = next((rows for rows in (32, 64, 128, 256) if m <= rows), None)
+    if (bucket, n, k) in SWEPT:
+        return SWEPT[bucket, n, k]
     block_m = 16 if m <= 16 else 32 if m <= 32 else 64
     block_n = 16 if n <= 2048 else 32 if n <= 4096 else 64
     return KernelConfig(block_m, block_n, 128)

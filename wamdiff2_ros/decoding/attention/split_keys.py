@@ -100,32 +100,29 @@ def _kernels():
     def merge(
         parts_ptr, lse_ptr, out_ptr, n, tiles_per_row, chunks,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
+        CHUNKS: tl.constexpr,
     ):  # fmt: skip
-        head, tile = tl.program_id(0), tl.program_id(1)
+        # One program per packed row: all its chunks in one load (a loop over chunks is latency-bound).
+        tile, head, packed = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
         row, query_tile = tile // tiles_per_row, tile % tiles_per_row
-        packed = tl.arange(0, rows)
-        dims = tl.arange(0, D)
-        first = (tile * KV_HEADS + head) * chunks
-        best = tl.full((rows,), float("-inf"), tl.float32)
-        for chunk in range(0, chunks):
-            best = tl.maximum(best, tl.load(lse_ptr + (first + chunk) * rows + packed))
-        reference = tl.where(best == float("-inf"), 0.0, best)
-        total = tl.zeros((rows,), tl.float32)
-        accumulator = tl.zeros((rows, D), tl.float32)
-        for chunk in range(0, chunks):
-            weight = tl.exp(tl.load(lse_ptr + (first + chunk) * rows + packed) - reference)
-            part = tl.load(parts_ptr + ((first + chunk) * rows + packed)[:, None] * D + dims[None, :])
-            total += weight
-            accumulator += weight[:, None] * part
         query = query_tile * QUERIES + packed // group
-        query_head = head * group + packed % group
-        tl.store(
-            out_ptr + ((row * n + query) * QUERY_HEADS + query_head)[:, None] * D + dims[None, :],
-            (accumulator / tl.where(total > 0, total, 1.0)[:, None]).to(out_ptr.dtype.element_ty),
-            mask=(query < n)[:, None],
-        )
+        if query < n:
+            chunk = tl.arange(0, CHUNKS)
+            part = ((tile * KV_HEADS + head) * chunks + chunk) * rows + packed
+            lse = tl.load(lse_ptr + part, mask=chunk < chunks, other=float("-inf"))
+            best = tl.max(lse, axis=0)
+            weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
+            dims = tl.arange(0, D)
+            values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=(chunk < chunks)[:, None])
+            total = tl.sum(weights, axis=0)
+            merged = tl.sum(weights[:, None] * values, axis=0) / tl.where(total > 0, total, 1.0)
+            query_head = head * group + packed % group
+            tl.store(
+                out_ptr + ((row * n + query) * QUERY_HEADS + query_head) * D + dims,
+                merged.to(out_ptr.dtype.element_ty),
+            )
 
     return partial, merge
 
@@ -137,6 +134,7 @@ class SplitKeysAttention:
         cache: the static cache (CUDA, or CPU under Triton's interpreter).
         block_size: B.
         query_heads: Hq (a power-of-two multiple of the cache's Hkv, at most ``PACKED_ROWS``).
+        chunk: keys per program (a multiple of ``KEYS_PER_STEP``).
 
     Raises:
         ImportError: Triton is not installed.
@@ -145,7 +143,7 @@ class SplitKeysAttention:
 
     shares_prompt = True  # rows read row 0's prompt slots
 
-    def __init__(self, cache: StaticKVCache, block_size: int, query_heads: int) -> None:
+    def __init__(self, cache: StaticKVCache, block_size: int, query_heads: int, chunk: int = CHUNK) -> None:
         import triton  # noqa: F401  (fail at construction, not at the first forward)
 
         kv_heads, head_dim = cache.keys.shape[3:]
@@ -156,7 +154,8 @@ class SplitKeysAttention:
         self.block_size = block_size
         self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
         self.queries = PACKED_ROWS // group  # queries per tile
-        self.chunks = -(-cache.max_len // CHUNK)
+        self.chunk = chunk
+        self.chunks = -(-cache.max_len // chunk)
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
         self.planned: tuple[int, int] | None = None
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # query count -> (parts, lse)
@@ -185,6 +184,8 @@ class SplitKeysAttention:
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
+        import triton
+
         partial, merge = _kernels()
         rows, length = q.shape[:2]
         q = q.contiguous()
@@ -195,10 +196,12 @@ class SplitKeysAttention:
         partial[(self.chunks, self.kv_heads, rows * tiles_per_row)](
             q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
             length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **shape,
-            BLOCK=self.block_size, QUERIES=self.queries, KEYS=KEYS_PER_STEP, CHUNK=CHUNK,
+            BLOCK=self.block_size, QUERIES=self.queries, KEYS=KEYS_PER_STEP, CHUNK=self.chunk,
             INTERPRETED=self.interpreted,
         )  # fmt: skip
-        merge[(self.kv_heads, rows * tiles_per_row)](
-            parts, lse, out, length, tiles_per_row, self.chunks, **shape, QUERIES=self.queries
-        )
+        packed = self.queries * (self.query_heads // self.kv_heads)
+        merge[(rows * tiles_per_row, self.kv_heads, packed)](
+            parts, lse, out, length, tiles_per_row, self.chunks, **shape, QUERIES=self.queries,
+            CHUNKS=triton.next_power_of_2(self.chunks),
+        )  # fmt: skip
         return out.view(rows, length, -1)
