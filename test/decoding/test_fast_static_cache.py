@@ -116,7 +116,7 @@ def test_prompt_longer_than_the_cache_is_refused(tiny_model, planning_prompt):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        pytest.param({"backend": "triton"}, "backend must be one of", id="unknown-backend"),
+        pytest.param({"backend": "xformers"}, "backend must be one of", id="unknown-backend"),
         pytest.param({"cuda_graphs": True}, "cuda_graphs needs a fast backend", id="graphs-on-eager"),
         pytest.param(
             {"decoder": "ar", "block_size": 1, "backend": "sdpa"}, "block decoder only", id="ar-fast"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
@@ -44,9 +46,12 @@ def scorer(ros_context):
     stop_node(process)
 
 
-def score(scorer, detections: list[Detection2D], stamp: Time) -> CandidateTrajectories:
+def score(
+    scorer, detections: list[Detection2D], stamp: Time, seen: Callable | None = None
+) -> CandidateTrajectories:
     """Score the two candidates at ``stamp``; each test uses its own stamp, so older detections (beyond
-    detections.max_age_s) cannot leak into its result."""
+    detections.max_age_s) cannot leak into its result. ``seen``: also wait for a scored set it accepts
+    (the detections topic may match later than the others, and its first messages then go nowhere)."""
     process, probe, publishers = scorer
     header = Header(stamp=stamp, frame_id="ego_vehicle")
     k = CAMERA.intrinsics
@@ -76,7 +81,12 @@ def score(scorer, detections: list[Detection2D], stamp: Time) -> CandidateTrajec
         publishers["candidates"].publish(candidates)
 
     arrived = probe.spin_until(
-        lambda: sum(m.header.stamp == stamp for m in probe.received[topic]) >= 8, 30, during=publish
+        lambda: (
+            len(mine := [m for m in probe.received[topic] if m.header.stamp == stamp]) >= 8
+            and (seen is None or seen(mine[-1]))
+        ),
+        30,
+        during=publish,
     )
     assert arrived, node_output(process)
     # Topics are independent: the first set may be scored before the detections arrived; later ones not.
@@ -85,7 +95,7 @@ def score(scorer, detections: list[Detection2D], stamp: Time) -> CandidateTrajec
 
 @pytest.mark.ros
 def test_scorer_avoids_the_candidate_that_hits_a_detected_car(scorer) -> None:
-    scored = score(scorer, [car_box(12.0, 0.0)], Time(sec=1000))
+    scored = score(scorer, [car_box(12.0, 0.0)], Time(sec=1000), seen=lambda m: m.selected_index == 1)
     totals = [s.total for s in scored.scores]
     assert scored.selected_index == int(np.argmax(totals)) == 1
     assert scored.scores[0].no_collision == 0.0 and scored.scores[1].no_collision == 1.0

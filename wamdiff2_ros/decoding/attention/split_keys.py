@@ -29,7 +29,7 @@ import torch
 if TYPE_CHECKING:
     from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
-CHUNK = 128  # keys per program: ~18 chunks x 8 KV heads = ~144 programs for a 2,300-slot cache
+CHUNK = 256  # keys per program (H200: 12.4 us per layer at 256, 12.8 at 128, 14.7 at 64; docs/BENCHMARKS.md)
 KEYS_PER_STEP = 64  # keys per inner iteration of a program
 PACKED_ROWS = 64  # query rows (queries x grouped heads) per tile
 
