@@ -305,9 +305,14 @@ def split_keys() -> dict[str, dict[str, float]]:
             sdpa = SdpaAttention(twin, 32)
             sdpa.prepare(torch.tensor(start, device=DEVICE), length)
             exact = sdpa.attend(LAYERS - 1, q).float()
-            for name in ("flashinfer", "triton", "triton chunk 64", "triton chunk 256"):
-                if name.startswith("triton chunk"):
-                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk=int(name.split()[-1]))
+            variants = ["flashinfer", "triton"] + [  # chunk, keys per step, warps of the split-keys kernel
+                f"triton {chunk} {keys} {warps}" for chunk in (128, 256, 512) for keys in (32, 64, 128)
+                for warps in (4, 8) if chunk >= keys
+            ]  # fmt: skip
+            for name in variants:
+                if name.count(" ") == 3:
+                    chunk, keys, warps = (int(v) for v in name.split()[1:])
+                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk, keys, warps)
                 else:
                     attention = make_attention(name, cache, 32, True, QUERY_HEADS)
                 attention.plan(start, length, prompt)

@@ -134,7 +134,9 @@ class SplitKeysAttention:
         cache: the static cache (CUDA, or CPU under Triton's interpreter).
         block_size: B.
         query_heads: Hq (a power-of-two multiple of the cache's Hkv, at most ``PACKED_ROWS``).
-        chunk: keys per program (a multiple of ``KEYS_PER_STEP``).
+        chunk: keys per program (a multiple of ``keys_per_step``).
+        keys_per_step: keys per inner iteration of a program.
+        warps: warps per program of the partial kernel.
 
     Raises:
         ImportError: Triton is not installed.
@@ -143,7 +145,15 @@ class SplitKeysAttention:
 
     shares_prompt = True  # rows read row 0's prompt slots
 
-    def __init__(self, cache: StaticKVCache, block_size: int, query_heads: int, chunk: int = CHUNK) -> None:
+    def __init__(
+        self,
+        cache: StaticKVCache,
+        block_size: int,
+        query_heads: int,
+        chunk: int = CHUNK,
+        keys_per_step: int = KEYS_PER_STEP,
+        warps: int = 4,
+    ) -> None:
         import triton  # noqa: F401  (fail at construction, not at the first forward)
 
         kv_heads, head_dim = cache.keys.shape[3:]
@@ -154,7 +164,7 @@ class SplitKeysAttention:
         self.block_size = block_size
         self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
         self.queries = PACKED_ROWS // group  # queries per tile
-        self.chunk = chunk
+        self.chunk, self.keys_per_step, self.warps = chunk, keys_per_step, warps
         self.chunks = -(-cache.max_len // chunk)
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
         self.planned: tuple[int, int] | None = None
@@ -196,8 +206,8 @@ class SplitKeysAttention:
         partial[(self.chunks, self.kv_heads, rows * tiles_per_row)](
             q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
             length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **shape,
-            BLOCK=self.block_size, QUERIES=self.queries, KEYS=KEYS_PER_STEP, CHUNK=self.chunk,
-            INTERPRETED=self.interpreted,
+            BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
+            INTERPRETED=self.interpreted, num_warps=self.warps,
         )  # fmt: skip
         packed = self.queries * (self.query_heads // self.kv_heads)
         merge[(rows * tiles_per_row, self.kv_heads, packed)](
