@@ -108,8 +108,8 @@ for rows, columns, depth in ((5, 48, 64), (32, 96, 256), (70, 40, 200)):  # ragg
 
 
 def test_the_w8a16_triton_kernel_under_the_interpreter_is_its_twin():
-    # Triton is not installed on the CPU machines: this runs where it is (in a process of its own, since
-    # Triton reads TRITON_INTERPRET when it is imported), on CPU tensors.
+    # Under Triton's interpreter (requirements/dev.txt; skipped where Triton is absent), in a process of its
+    # own since Triton reads TRITON_INTERPRET when it is imported, on CPU tensors.
     pytest.importorskip("triton")
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run(

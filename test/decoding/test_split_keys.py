@@ -1,8 +1,8 @@
 """The split-keys Triton attention against its twin, SDPA over the same cache (attention/split_keys.py).
 
 On the CPU the kernels run under Triton's interpreter, in a process of their own (Triton reads
-TRITON_INTERPRET when it is imported); Triton is not installed on the CPU machines, so there the test is
-skipped. On a GPU, ``test_split_keys_gpu`` in test_fast_gpu.py checks the compiled kernels the same way.
+TRITON_INTERPRET when it is imported; requirements/dev.txt installs it, and the test is skipped where it is
+absent). On a GPU, test_fast_gpu.py checks the compiled kernels against SDPA at the 2b shape.
 """
 
 from __future__ import annotations
