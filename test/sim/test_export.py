@@ -10,7 +10,7 @@ from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
 from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
-from wamdiff2_ros.sim.dataset import GenerateConfig, generate
+from wamdiff2_ros.sim.dataset import GenerateConfig, generate, standing_start
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
 
 TRUTH = GroundTruth(
@@ -85,3 +85,25 @@ def test_generation_is_deterministic_and_complete(tmp_path):
 def test_zero_samples_is_refused(tmp_path):
     with pytest.raises(InputError, match="positive"):
         generate(GenerateConfig(tmp_path, samples=0), progress=False)
+
+
+def test_standing_starts_sample_the_expert_moving_off_from_rest(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=6, seed=5, camera=Camera().scaled_to_width(192), workers=1, standing_starts=1.0
+    )
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    firsts = [t for t in truths if t["id"].endswith("_t0000")]  # each drive is sampled from t = 0
+    assert firsts and len({t["id"].split("_")[0] for t in firsts}) == len(firsts)
+    for truth in firsts:
+        assert np.hypot(*truth["velocity_ego_mps"]) == 0.0
+        assert abs(truth["accel_ego_mps2"][0]) < 5.0  # no jump from the scene's initial speed
+    assert any(np.hypot(*t["waypoints_ego"][-1]) > 1.0 for t in firsts)  # the expert moves off
+
+
+def test_standing_starts_are_a_deterministic_fraction_of_the_episodes(tmp_path):
+    config = GenerateConfig(tmp_path, samples=1, seed=3, standing_starts=0.3)
+    draws = [standing_start(config, episode) for episode in range(2000)]
+    assert draws == [standing_start(config, episode) for episode in range(2000)]
+    assert 0.26 < sum(draws) / len(draws) < 0.34
+    assert not any(standing_start(GenerateConfig(tmp_path, samples=1), e) for e in range(100))

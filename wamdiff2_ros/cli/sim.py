@@ -50,6 +50,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="planning answers' number style: 2 padded (05.00: the bundled model's; default), 1 plain "
         "(5.00, the reference's)",
     )
+    gen.add_argument(
+        "--standing-starts",
+        type=float,
+        default=0.0,
+        help="fraction of drives whose ego starts at rest, sampled from t = 0 (default 0)",
+    )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(
         "dagger",
@@ -90,6 +96,7 @@ def run_generate(args: argparse.Namespace) -> int:
         bags=args.bags,
         workers=args.workers,
         min_int_digits=args.min_int_digits,
+        standing_starts=args.standing_starts,
     )
     start_s = time.perf_counter()
     summary = generate(config)

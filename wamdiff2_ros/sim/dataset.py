@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.sim import export
@@ -49,6 +51,9 @@ class GenerateConfig:
         bags: also write one MCAP drive per episode (every tick rendered).
         workers: worker processes (0: one per CPU core).
         min_int_digits: number style of the planning answers (1 plain, 2 padded: ``05.00``).
+        standing_starts: fraction of episodes whose ego starts at rest, sampled from t = 0: the expert moving
+            off from a standstill, which a model that stopped must learn to do (drawn per episode seed;
+            0 leaves every episode as it was).
     """
 
     out_dir: Path
@@ -60,6 +65,15 @@ class GenerateConfig:
     bags: bool = False
     workers: int = 0
     min_int_digits: int = 1
+    standing_starts: float = 0.0
+
+
+def standing_start(config: GenerateConfig, episode: int) -> bool:
+    """Whether ``episode`` starts at rest (a draw of its own seed, independent of the scene's draws)."""
+    if config.standing_starts <= 0.0:
+        return False
+    draw = np.random.default_rng([episode_seed(config.seed, episode), 1]).random()
+    return bool(draw < config.standing_starts)
 
 
 def episode_seed(seed: int, episode: int) -> int:
@@ -71,9 +85,12 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     """Simulate one episode (writing its bag when asked); return its samples: PNG bytes, records, truth."""
     config, episode = job
     scene = make_scene(episode_seed(config.seed, episode))
+    standing = standing_start(config, episode)
+    if standing:
+        scene.stand_still()
     log = record_drive(scene, config.episode_s)
     out = []
-    for index in sample_indices(log, round(config.stride_s * SIM_HZ)):
+    for index in sample_indices(log, round(config.stride_s * SIM_HZ), first_tick=0 if standing else SIM_HZ):
         frame = render_front(config.camera, scene.lanes, log[index])
         truth = ground_truth(log, index, scene, frame)
         out.append(sample(f"e{episode:06d}_t{index:04d}", frame.image_rgb, truth, scene.kind, config))

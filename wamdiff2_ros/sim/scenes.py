@@ -79,6 +79,11 @@ class Scene:
         for vehicle in self._others():
             self.agent_id(vehicle)
 
+    def stand_still(self) -> None:
+        """Put the ego at rest where it is (before the first step): a standing start."""
+        self.ego.speed = 0.0
+        self._last_speed_mps = 0.0
+
     def step(self) -> None:
         """Advance one tick: scheduled speed changes, then every driver acts and the dynamics integrate."""
         self._last_speed_mps, self._last_yaw_rad = float(self.ego.speed), -float(self.ego.heading)

@@ -3,8 +3,8 @@
 A recipe (``config/recipes/*.yaml``) names a run folder, the device, the training keys every training step
 shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``:
 
-- ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``, ``workers``) -> a
-  data folder.
+- ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``, ``workers``,
+  ``standing_starts``: the fraction of drives that start at rest) -> a data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
   driving episodes side by side on the CPU) -> a data folder.
@@ -258,6 +258,7 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         camera=Camera().scaled_to_width(step.get("width", 192)),
         min_int_digits=step.get("min_int_digits", 2),  # the bundled model's padded style, as sim generate
         workers=step.get("workers", 0),
+        standing_starts=step.get("standing_starts", 0.0),
     )
     generate(config, progress=False)
     return out
