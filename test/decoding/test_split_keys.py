@@ -65,3 +65,15 @@ def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel():
     assert prompt_backend("sdpa") == "sdpa"
     with pytest.raises(InputError):
         make_attention("nope", None, 8, False, 4)
+
+
+def test_the_kernels_refuse_a_cpu_cache_outside_the_interpreter(monkeypatch):
+    pytest.importorskip("triton")
+    import torch
+
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cache = StaticKVCache.allocate(1, 1, 64, 2, 16, torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match="CUDA cache"):
+        make_attention("triton", cache, 8, False, 4)

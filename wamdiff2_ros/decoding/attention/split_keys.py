@@ -140,7 +140,8 @@ class SplitKeysAttention:
 
     Raises:
         ImportError: Triton is not installed.
-        ValueError: the head grouping does not pack into a tile.
+        ValueError: the head grouping does not pack into a tile, or the cache is not on a CUDA device
+            (outside Triton's interpreter).
     """
 
     shares_prompt = True  # rows read row 0's prompt slots
@@ -156,6 +157,9 @@ class SplitKeysAttention:
     ) -> None:
         import triton  # noqa: F401  (fail at construction, not at the first forward)
 
+        self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if cache.device.type != "cuda" and not self.interpreted:
+            raise ValueError(f"the split-keys kernels need a CUDA cache, got one on {cache.device}")
         kv_heads, head_dim = cache.keys.shape[3:]
         group = query_heads // kv_heads
         if query_heads % kv_heads or group & (group - 1) or group > PACKED_ROWS or head_dim & (head_dim - 1):
@@ -170,7 +174,6 @@ class SplitKeysAttention:
         self.planned: tuple[int, int] | None = None
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # query count -> (parts, lse)
         self.active: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
 
     def plan(self, start: int, length: int, shared: int) -> None:
         """Host side, outside any graph: the partial-result buffers of ``length`` queries (kept per query
