@@ -188,3 +188,24 @@ def test_failure_modes_tell_collisions_apart_by_heading_and_stalls_by_standing_s
     assert summary["failure_modes"] == {mode: 2} and summary["failure_modes_by_kind"] == {
         "highway": {mode: 2}
     }
+
+
+def test_a_failure_the_expert_has_on_the_same_seed_is_counted_as_the_scenes():
+    from wamdiff2_ros.eval.closed_loop import closed_loop_report_of
+
+    def row(seed, mode):
+        scores = {"driving_score": 0.5, "route_completion": 0.5, "collisions": 0, "off_road_events": 0}
+        return {"seed": seed, "kind": "highway", "end_reason": "timeout", "failure_mode": mode, **scores}
+
+    rows = {
+        "expert": [row(1, "stall"), row(2, "completed"), row(3, "completed")],
+        "model": [row(1, "stall"), row(2, "stall"), row(3, "completed")],
+    }
+    policies = closed_loop_report_of([1, 2, 3], None, rows)["policies"]
+    assert policies["model"]["summary"]["failure_modes"] == {"completed": 1, "stall": 2}
+    assert policies["model"]["summary"]["failure_modes_expert_too"] == {"stall": 1}
+    assert policies["expert"]["summary"]["failure_modes_expert_too"] == {"stall": 1}
+    assert (
+        "failure_modes_expert_too"
+        not in closed_loop_report_of([1], None, {"m": rows["model"][:1]})["policies"]["m"]["summary"]
+    )

@@ -369,7 +369,9 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     report = closed_loop_report(names, seeds, config, *settings, kind=args.kind, workers=args.workers)
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():
-        print(f"{name} failure modes: {json.dumps(policy['summary']['failure_modes'])}")
+        shared = policy["summary"].get("failure_modes_expert_too")
+        also = "" if shared is None else f" (the expert's too on the same seeds: {json.dumps(shared)})"
+        print(f"{name} failure modes: {json.dumps(policy['summary']['failure_modes'])}{also}")
     for name in (n for n in names if n.startswith("model")):
         counters = {k: v for k, v in report["policies"][name].items() if k not in ("summary", "episodes")}
         print(f"{name}: {json.dumps(counters)}")

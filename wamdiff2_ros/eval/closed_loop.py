@@ -94,8 +94,19 @@ def evaluate_closed_loop(
 
 
 def closed_loop_report_of(seeds: list[int], kind: str | None, rows: dict[str, list[dict]]) -> dict:
-    """The report of episode rows by policy (each policy's rows in ``seeds`` order)."""
+    """The report of episode rows by policy (each policy's rows in ``seeds`` order). With the expert among
+    the policies, each summary also counts ``failure_modes_expert_too``: the failures the expert has on the
+    same seed (the scene's, e.g. a queue the expert cannot leave within the time limit either)."""
     policies = {
         name: {"summary": summarise(episodes), "episodes": episodes} for name, episodes in rows.items()
     }
+    if "expert" in rows:
+        expert = {r["seed"]: r["failure_mode"] for r in rows["expert"]}
+        for name, episodes in rows.items():
+            shared = [
+                r
+                for r in episodes
+                if r["failure_mode"] != "completed" and expert[r["seed"]] == r["failure_mode"]
+            ]
+            policies[name]["summary"]["failure_modes_expert_too"] = _counts(shared)
     return {"seeds": list(seeds), "kind": kind, "policies": policies}
