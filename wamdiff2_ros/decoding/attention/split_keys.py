@@ -155,7 +155,7 @@ class SplitKeysAttention:
         keys_per_step: int = KEYS_PER_STEP,
         warps: int = 4,
     ) -> None:
-        import triton  # noqa: F401  (fail at construction, not at the first forward)
+        import triton  # fail at construction, not at the first forward
 
         self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
         if cache.device.type != "cuda" and not self.interpreted:
@@ -168,8 +168,10 @@ class SplitKeysAttention:
         self.block_size = block_size
         self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
         self.queries = PACKED_ROWS // group  # queries per tile
+        self.packed_rows = self.queries * group  # rows of a tile: its queries x their grouped heads
         self.chunk, self.keys_per_step, self.warps = chunk, keys_per_step, warps
         self.chunks = -(-cache.max_len // chunk)
+        self.chunks_padded = triton.next_power_of_2(self.chunks)  # the merge loads all chunks at once
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
         self.planned: tuple[int, int] | None = None
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # query count -> (parts, lse)
@@ -181,9 +183,10 @@ class SplitKeysAttention:
         ``prepare``)."""
         if length not in self.buffers:
             tiles = self.cache.rows * -(-length // self.queries)
-            rows = self.queries * (self.query_heads // self.kv_heads)
             parts = torch.empty(
-                tiles * self.kv_heads * self.chunks * rows, self.head_dim, device=self.cache.device
+                tiles * self.kv_heads * self.chunks * self.packed_rows,
+                self.head_dim,
+                device=self.cache.device,
             )
             self.buffers[length] = (parts, torch.empty(parts.shape[0], device=self.cache.device))
         self.active = self.buffers[length]
@@ -197,8 +200,6 @@ class SplitKeysAttention:
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
-        import triton
-
         partial, merge = _kernels()
         rows, length = q.shape[:2]
         q = q.contiguous()
@@ -212,9 +213,8 @@ class SplitKeysAttention:
             BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
             INTERPRETED=self.interpreted, num_warps=self.warps,
         )  # fmt: skip
-        packed = self.queries * (self.query_heads // self.kv_heads)
-        merge[(rows * tiles_per_row, self.kv_heads, packed)](
+        merge[(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
             parts, lse, out, length, tiles_per_row, self.chunks, **shape, QUERIES=self.queries,
-            CHUNKS=triton.next_power_of_2(self.chunks),
+            CHUNKS=self.chunks_padded,
         )  # fmt: skip
         return out.view(rows, length, -1)
