@@ -49,6 +49,12 @@ for rows, heads, kv_heads, dim, block, prompt, written, length in (
     sdpa.prepare(torch.tensor(start + block), block)
     error = (kernels.attend(0, q[:, :block]) - sdpa.attend(0, q[:, :block])).abs().max().item()
     assert error < 1e-5, ("moved", rows, error)
+    # bf16 partials (the probe's variant): the merge rounds each chunk's output once
+    halved = SplitKeysAttention(cache, block, heads, partials=torch.bfloat16)
+    halved.plan(start + block, block, prompt)
+    halved.prepare(torch.tensor(start + block), block)
+    error = (halved.attend(0, q[:, :block]) - sdpa.attend(0, q[:, :block])).abs().max().item()
+    assert error < 2e-2, ("bf16 partials", rows, error)
 print("ok")
 """
 

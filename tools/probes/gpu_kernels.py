@@ -308,11 +308,12 @@ def split_keys() -> dict[str, dict[str, float]]:
             variants = ["flashinfer", "triton"] + [  # chunk, keys per step, warps of the split-keys kernel
                 f"triton {chunk} {keys} {warps}" for chunk in (128, 256, 512) for keys in (32, 64, 128)
                 for warps in (4, 8) if chunk >= keys
-            ]  # fmt: skip
+            ] + ["triton 128 64 4 bf16", "triton 256 64 4 bf16"]  # fmt: skip
             for name in variants:
-                if name.count(" ") == 3:
-                    chunk, keys, warps = (int(v) for v in name.split()[1:])
-                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk, keys, warps)
+                if name.startswith("triton "):
+                    chunk, keys, warps = (int(v) for v in name.split()[1:4])
+                    partials = torch.bfloat16 if name.endswith("bf16") else torch.float32
+                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk, keys, warps, partials)
                 else:
                     attention = make_attention(name, cache, 32, True, QUERY_HEADS)
                 attention.plan(start, length, prompt)

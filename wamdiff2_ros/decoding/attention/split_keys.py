@@ -92,7 +92,7 @@ def _kernels():
         part = (tile * KV_HEADS + head) * tl.num_programs(0) + chunk
         tl.store(
             out_ptr + (part * rows + packed)[:, None] * D + dims[None, :],
-            accumulator / tl.where(seen, total, 1.0)[:, None],
+            (accumulator / tl.where(seen, total, 1.0)[:, None]).to(out_ptr.dtype.element_ty),
         )
         tl.store(lse_ptr + part * rows + packed, tl.where(seen, best + tl.log(total), float("-inf")))
 
@@ -116,6 +116,7 @@ def _kernels():
             weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
             dims = tl.arange(0, D)
             values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=(chunk < chunks)[:, None])
+            values = values.to(tl.float32)
             total = tl.sum(weights, axis=0)
             merged = tl.sum(weights[:, None] * values, axis=0) / tl.where(total > 0, total, 1.0)
             query_head = head * group + packed % group
@@ -137,6 +138,7 @@ class SplitKeysAttention:
         chunk: keys per program (a multiple of ``keys_per_step``).
         keys_per_step: keys per inner iteration of a program.
         warps: warps per program of the partial kernel.
+        partials: dtype of the chunks' normalised partial outputs (their log-sum-exps stay fp32).
 
     Raises:
         ImportError: Triton is not installed.
@@ -154,6 +156,7 @@ class SplitKeysAttention:
         chunk: int = CHUNK,
         keys_per_step: int = KEYS_PER_STEP,
         warps: int = 4,
+        partials: torch.dtype = torch.float32,
     ) -> None:
         import triton  # fail at construction, not at the first forward
 
@@ -169,7 +172,7 @@ class SplitKeysAttention:
         self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
         self.queries = PACKED_ROWS // group  # queries per tile
         self.packed_rows = self.queries * group  # rows of a tile: its queries x their grouped heads
-        self.chunk, self.keys_per_step, self.warps = chunk, keys_per_step, warps
+        self.chunk, self.keys_per_step, self.warps, self.partials = chunk, keys_per_step, warps, partials
         self.chunks = -(-cache.max_len // chunk)
         self.chunks_padded = triton.next_power_of_2(self.chunks)  # the merge loads all chunks at once
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
@@ -183,12 +186,9 @@ class SplitKeysAttention:
         ``prepare``)."""
         if length not in self.buffers:
             tiles = self.cache.rows * -(-length // self.queries)
-            parts = torch.empty(
-                tiles * self.kv_heads * self.chunks * self.packed_rows,
-                self.head_dim,
-                device=self.cache.device,
-            )
-            self.buffers[length] = (parts, torch.empty(parts.shape[0], device=self.cache.device))
+            shape = (tiles * self.kv_heads * self.chunks * self.packed_rows, self.head_dim)
+            parts = torch.empty(shape, dtype=self.partials, device=self.cache.device)
+            self.buffers[length] = (parts, torch.empty(shape[0], device=self.cache.device))
         self.active = self.buffers[length]
         if self.planned != (shared, length):
             self.bounds[1].fill_(shared)  # a kernel with the value as argument: no host sync
