@@ -337,13 +337,15 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     node = f"{namespace}/wamdiff2_planner"
     # A full-size frame at the reference's pixel budget: seconds of warm-up even on the tiny preset, so the
     # probe is matched and frames arrive while it runs (a shorter one can end before either).
-    process = start_node(
-        "wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "warmup.image_size": "1920x1080"}
-    )
+    # The probe first: it is discovered while the node loads, so it hears the warm-up's diagnostics (one
+    # made after the node could match only once the warm-up is over on a fast machine).
     topic = f"{node}/output/trajectory"
     outputs = {"/diagnostics": DiagnosticArray, topic: PlannedTrajectory}
     probe = Probe(ros_context, "planner_warmup_probe", outputs)
     driver = Driver(probe, node)
+    process = start_node(
+        "wamdiff2_ros.nodes.planner", namespace, {**PARAMS, "warmup.image_size": "1920x1080"}
+    )
     last_send = [0.0]
 
     def stream():  # a camera that runs from the start, before the model is ready
