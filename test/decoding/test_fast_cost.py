@@ -60,8 +60,13 @@ def test_the_compile_suite_times_the_headline_with_and_without_compile():
     ]
     assert dict(rows)[names[2]] == {**dict(rows)[names[1]], "weights": "fp8"}
     assert dict(rows)[names[3]] == {**dict(rows)[names[1]], "weights": "fp8_weight_only"}
-    assert names[4:6] == ["B32 S8 triton graphs fused compile", "B32 S8 K8 triton graphs fused compile"]
+    assert names[4:7] == [
+        "B32 S8 triton graphs fused compile",
+        "B32 S8 triton graphs fused compile fp8",
+        "B32 S8 K8 triton graphs fused compile",
+    ]
     assert dict(rows)[names[4]] == {**dict(rows)[names[1]], "backend": "triton"}
+    assert dict(rows)[names[5]] == {**dict(rows)[names[2]], "backend": "triton"}
 
 
 def test_rows_serialise_with_derived_columns(tmp_path):

@@ -378,3 +378,69 @@ def test_w8a16_kernel_on_cuda_is_its_dequantised_twin(rows, shape):
     twin = torch.nn.functional.linear(x.float(), weight.data.float() * weight.scale.reshape(-1, 1))
     error = _relative_error(fp8_kernel.w8a16_linear(x, weight.data, weight.scale), twin)
     assert error < 1e-2, f"relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("rows", [32, 64, 2106])
+def test_fused_fp8_kernels_at_the_2b_shape_match_their_twins(rows):
+    # bf16 on the GPU (the CPU test checks fp32 under the interpreter): the normed or SiLU rows may round
+    # to the next bf16 value, and their e4m3 codes with them, so the dequantised outputs are held to 1 %.
+    from wamdiff2_ros.decoding import fp8_fused as fused
+    from wamdiff2_ros.decoding.fast_model import rope_angles
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, device="cuda", generator=generator) * scale).bfloat16()
+
+    def dequantised(q, scale):
+        return q.float() * scale
+
+    x, raw = randn(rows, 2048), randn(rows, 12288, scale=300)
+    row_scale = torch.rand(rows, 1, device="cuda", generator=generator) * 0.01
+    col_scale = torch.rand(1, 12288, device="cuda", generator=generator) * 0.01
+    weight = randn(2048) + 1
+    got = fused.add_norm_quant(x, raw[:, :2048].contiguous(), row_scale, col_scale[:, :2048], weight, 1e-6)
+    expected = fused.reference_add_norm_quant(x, raw[:, :2048], row_scale, col_scale[:, :2048], weight, 1e-6)
+    assert _relative_error(got[0], expected[0]) < 1e-2
+    assert _relative_error(dequantised(*got[1:]), dequantised(*expected[1:])) < 1e-2
+    assert _relative_error(dequantised(*fused.quant_rows(x)), dequantised(*fused.quantize_rows(x))) < 1e-2
+    got = dequantised(*fused.silu_mul_quant(raw, row_scale, col_scale))
+    assert (
+        _relative_error(got, dequantised(*fused.reference_silu_mul_quant(raw, row_scale, col_scale))) < 1e-2
+    )
+    # rope_store: 16 query / 8 KV heads of 128 at slots from 100
+    qkv = randn(1, rows, 4096, scale=300)
+    col_scale = torch.rand(1, 4096, device="cuda", generator=generator) * 0.01
+    qk_norm = randn(24, 128) + 1
+    slots = torch.arange(100, 100 + rows, device="cuda")
+    inverse = 1.0 / 1e6 ** (torch.arange(0, 128, 2, device="cuda").float() / 128)
+    cos, sin = rope_angles(slots, inverse, torch.bfloat16)
+    caches = [torch.zeros(1, rows + 200, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    got = fused.rope_store(qkv, row_scale, col_scale, qk_norm, cos, sin, *caches[:2], slots, 16, 1e-6)
+    expected = fused.reference_rope_store(
+        qkv, row_scale, col_scale, qk_norm, cos, sin, *caches[2:], slots, 16, 1e-6
+    )
+    assert got.shape == (1, rows, 16, 128) and got.is_contiguous()
+    for fast, twin in ((got, expected), (caches[0], caches[2]), (caches[1], caches[3])):
+        assert _relative_error(fast, twin) < 1e-2
+
+
+def test_fused_fp8_forward_matches_the_unfused_one_graphed_and_compiled(bf16_model, planning_prompt):
+    size, rows = 8, 4
+    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
+    logits = {}
+    for name, compile, fused in (
+        ("unfused", False, False),
+        ("fused", False, True),
+        ("fused compiled", True, True),
+    ):
+        cache = StaticBlockCache(
+            bf16_model, size, rows, planning_prompt.length, 32, backend="sdpa", cuda_graphs=True,
+            decoder=LeanDecoder(bf16_model, compile=compile, weights="fp8", fused=fused),
+        )  # fmt: skip
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[name] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    # The fused layers round each raw product to bf16 before its scales: a few e4m3 codes move.
+    assert _relative_error(logits["fused"], logits["unfused"]) < 5e-2
+    assert _relative_error(logits["fused compiled"], logits["fused"]) < 1e-2

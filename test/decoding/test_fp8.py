@@ -58,8 +58,10 @@ def test_the_fp8_lean_forward_is_its_dequantised_twin_and_near_the_full_precisio
     tiny_model, planning_prompt, monkeypatch
 ) -> None:
     full = _block_logits(tiny_model, planning_prompt, LeanDecoder(tiny_model))
-    quantised = LeanDecoder(tiny_model, weights="fp8")
+    # the unfused layers (the fused ones' twin, test_fp8_fused.py) against the dequantised products
+    quantised = LeanDecoder(tiny_model, weights="fp8", fused=False)
     assert isinstance(quantised.layers[0].gate_up, fp8.Fp8Weight) and quantised.weights == "fp8"
+    assert not quantised.fused and LeanDecoder(tiny_model, weights="fp8").fused
     fast = _block_logits(tiny_model, planning_prompt, quantised)
     monkeypatch.setattr(fp8, "fp8_linear", fp8.dequantized_linear)
     twin = _block_logits(tiny_model, planning_prompt, quantised)

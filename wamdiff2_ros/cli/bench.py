@@ -51,7 +51,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--attention",
         choices=("auto", "sdpa", "flashinfer", "triton"),
         default="auto",
-        help="plan: the fast path's attention backend (default auto: flashinfer where installed on CUDA)",
+        help="plan, profile: the fast path's attention backend (default auto: flashinfer where installed on "
+        "CUDA)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=("bf16", "fp8", "fp8_weight_only"),
+        default="bf16",
+        help="profile: the text layers' weights (default bf16)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
@@ -132,6 +139,10 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
                     {**best, "steps": 8, "compile": True, "backend": "triton"},
                 ),
                 (
+                    "B32 S8 triton graphs fused compile fp8",
+                    {**fp8, "backend": "triton"},
+                ),
+                (
                     "B32 S8 K8 triton graphs fused compile",
                     {**best, "steps": 8, "candidates": 8, "compile": True, "backend": "triton"},
                 ),
@@ -154,9 +165,9 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
         return _keep(
             [
                 headline,
-                *compiled[: 7 if flashinfer else 5],
+                *compiled[: 8 if flashinfer else 5],
                 (f"B32 S8 K8 {fast} graphs fused", {**best, "steps": 8, "candidates": 8}),
-                *compiled[7 if flashinfer else 5 :],
+                *compiled[8 if flashinfer else 5 :],
             ],
             graphs,
         )
@@ -283,7 +294,11 @@ def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, 
     for compile in (False, True):
         settings = {"block_size": 32, "steps": 8, "commit_rule": "low_confidence_static", "backend": fast}
         config = DecodeConfig(
-            cuda_graphs=True, compile=compile, max_new_tokens=args.max_new_tokens, **settings
+            cuda_graphs=True,
+            compile=compile,
+            max_new_tokens=args.max_new_tokens,
+            weights=args.weights,
+            **settings,
         )
         decoder = FastDecoder(model, config, prompt.length)
         decoder.decode(tokenizer, prompt)  # captures the step graphs
@@ -513,9 +528,8 @@ def run(args: argparse.Namespace) -> int:
     }
     rows: list[speed.SpeedRow] = []
     if args.what == "profile":
-        extra["profile"] = _profile(
-            args, model, tokenizer, prompts[0], "flashinfer" if has_flashinfer else "sdpa"
-        )
+        fast = args.attention if args.attention != "auto" else "flashinfer" if has_flashinfer else "sdpa"
+        extra["profile"] = _profile(args, model, tokenizer, prompts[0], fast)
     if args.what == "decode":
         lean: dict[tuple[bool, str], LeanDecoder] = {}  # one per compile and weights, shared by the rows
         only = [part for part in args.only.split(",") if part]

@@ -92,12 +92,27 @@ def attention_input(
     heads are normed and rotated together; the weight multiply after the norm keeps the rounding of
     transformers' q_norm/k_norm.
     """
-    rows, length, hidden = x.shape
+    qkv = linear(F.rms_norm(x, (x.shape[-1],), input_norm, eps), qkv_weight)
+    return queries_and_store(qkv, qk_norm, cos, sin, keys, values, slots, heads, eps)
+
+
+def queries_and_store(
+    qkv: torch.Tensor,
+    qk_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """``attention_input`` after its product: q and k of ``qkv`` (K, n, (Hq + 2 Hkv) D) normed and rotated,
+    k and v written at ``slots`` -> queries (K, n, Hq, D)."""
+    rows, length, _ = qkv.shape
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
-    qkv = linear(F.rms_norm(x, (hidden,), input_norm, eps), qkv_weight).view(
-        rows, length, qk_heads + kv_heads, dim
-    )
+    qkv = qkv.view(rows, length, qk_heads + kv_heads, dim)
     qk = _rotate(F.rms_norm(qkv[:, :, :qk_heads], (dim,), eps=eps) * qk_norm, cos, sin)
     q, k = qk.split([heads, kv_heads], dim=2)
     keys.index_copy_(1, slots, k)
@@ -158,6 +173,15 @@ def _between(
     return x, attention_input(x, *first, cos, sin, keys, values, slots, heads, eps)
 
 
+def _prompt_input(x: torch.Tensor, pending: None, *args) -> tuple[torch.Tensor, torch.Tensor]:
+    # The prompt pass's pieces carry (x, pending product) as the FP8 layers do; in bf16 nothing is pending.
+    return x, attention_input(x, *args)
+
+
+def _prompt_output(x: torch.Tensor, attended: torch.Tensor, *args) -> tuple[torch.Tensor, None]:
+    return layer_output(x, attended, *args), None
+
+
 def _end(
     x: torch.Tensor,
     attended: torch.Tensor,
@@ -192,6 +216,8 @@ class LeanDecoder:
         weights: ``bf16``: the model's own weights; ``fp8`` (W8A8) or ``fp8_weight_only`` (W8A16): the
             layers' four matrices quantised to FP8 at construction (decoding/fp8.py; the embedding, norms
             and LM head stay as they are).
+        fused: with ``fp8``, the layers of decoding/fp8_fused.py (the activation quantisation and the
+            scales inside the norm, SiLU and rotary kernels); off, the unfused products, their twin.
 
     Raises:
         ValueError: the model uses attention biases or a RoPE type other than ``default`` (not implemented),
@@ -199,7 +225,11 @@ class LeanDecoder:
     """
 
     def __init__(
-        self, model: Qwen3VLForConditionalGeneration, compile: bool = False, weights: str = "bf16"
+        self,
+        model: Qwen3VLForConditionalGeneration,
+        compile: bool = False,
+        weights: str = "bf16",
+        fused: bool = True,
     ) -> None:
         text = model.model.language_model
         config = model.config.text_config
@@ -247,13 +277,22 @@ class LeanDecoder:
             for layer in text.layers
         ]
         self.compile, self.weights = compile, weights
+        self.fused = fused and weights == "fp8"
+        pieces = (_begin, _between, _end, _prompt_input, _prompt_output)
+        if self.fused:
+            from wamdiff2_ros.decoding import fp8_fused
+
+            pieces = (
+                fp8_fused.begin,
+                fp8_fused.between,
+                fp8_fused.end,
+                fp8_fused.attention_input,
+                fp8_fused.layer_output,
+            )
         wrap = compiled if compile else (lambda function: function)
-        self._begin, self._between, self._end = wrap(_begin), wrap(_between), wrap(_end)
+        self._begin, self._between, self._end = (wrap(piece) for piece in pieces[:3])
         wrap_any_length = (lambda f: compiled(f, dynamic=True)) if compile else (lambda function: function)
-        self._prompt_input, self._prompt_output = (
-            wrap_any_length(attention_input),
-            wrap_any_length(layer_output),
-        )
+        self._prompt_input, self._prompt_output = (wrap_any_length(piece) for piece in pieces[3:])
 
     @torch.no_grad()
     def forward(
@@ -339,11 +378,21 @@ class LeanDecoder:
         start = torch.zeros((), dtype=torch.int64, device=embeds.device)
         attention.prepare(start, embeds.shape[1])
         slots = torch.arange(embeds.shape[1], device=embeds.device)
-        x = embeds
+        x, pending = embeds, None  # pending: the FP8 layers' down product, added by the next norm
         for index, layer in enumerate(self.layers):
-            q = self._prompt_input(
-                x, *layer.first_half, cos, sin, keys[index], values[index], slots, self.heads, self.eps
+            x, q = self._prompt_input(
+                x,
+                pending,
+                *layer.first_half,
+                cos,
+                sin,
+                keys[index],
+                values[index],
+                slots,
+                self.heads,
+                self.eps,
             )
             if index + 1 < self.num_layers:  # the last layer's output feeds only logits, not needed here
                 attended = attention.attend(index, q)
-                x = deepstack(index, self._prompt_output(x, attended, *layer.second_half, self.eps))
+                x, pending = self._prompt_output(x, attended, *layer.second_half, self.eps)
+                x = deepstack(index, x)  # an addition: before or after the pending one, the same sum

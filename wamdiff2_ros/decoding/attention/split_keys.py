@@ -29,8 +29,11 @@ import torch
 if TYPE_CHECKING:
     from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
-CHUNK = 256  # keys per program (H200: 12.4 us per layer at 256, 12.8 at 128, 14.7 at 64; docs/BENCHMARKS.md)
-KEYS_PER_STEP = 64  # keys per inner iteration of a program
+# The H200 sweep's choice (docs/BENCHMARKS.md, "Split-keys attention"): chunks of 256 keys, 32 per inner
+# step, 4 warps: 12.3 / 16.9 / 40.2 us per layer for 32 / 64 queries / 8 rows of 32, where larger chunks,
+# 64 keys per step or 8 warps are level or slower, and bf16 partials slower still.
+CHUNK = 256  # keys per program
+KEYS_PER_STEP = 32  # keys per inner iteration of a program
 PACKED_ROWS = 64  # query rows (queries x grouped heads) per tile
 
 

@@ -1,0 +1,107 @@
+"""The fused W8A8 layers (decoding/fp8_fused.py) against their twins, on the CPU.
+
+Two levels: each Triton kernel against its torch twin under Triton's interpreter (in fp32: the interpreter
+rounds bf16 and e4m3 unlike a GPU, so bf16 is checked on the H200 by test_fast_gpu.py), and the fused
+forward against the unfused ``fp8`` one (``fused=False``), which quantises and scales in ops of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from wamdiff2_ros.decoding import fp8_fused
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.tokenizer import MASK_ID
+
+KERNEL_TWINS = """
+import torch
+from wamdiff2_ros.decoding import fp8_fused as fused
+from wamdiff2_ros.decoding.fast_model import rope_angles
+
+generator = torch.Generator().manual_seed(0)
+
+
+def dequantised(q, scale):
+    return q.float() * scale
+
+
+def close(got, expected, what):
+    error = (got.float() - expected.float()).abs().max().item()
+    assert error <= 1e-5 * max(1.0, expected.float().abs().max().item()), (what, error)
+
+
+for rows, width in ((7, 96), (3, 200)):  # a power of two's block and a ragged one
+    x = torch.randn(rows, width, generator=generator)
+    raw = torch.randn(rows, 2 * width, generator=generator) * 30
+    row_scale = torch.rand(rows, 1, generator=generator) * 0.1
+    col_scale = torch.rand(1, 2 * width, generator=generator) * 0.1
+    weight = torch.rand(width, generator=generator) + 0.5
+    inputs = (x, raw[:, :width], row_scale, col_scale[:, :width], weight, 1e-6)
+    expected = fused.reference_add_norm_quant(*inputs)
+    got = fused.launch_rows(*inputs, add=True, norm=True)
+    close(got[0], expected[0], "add")
+    close(dequantised(*got[1:]), dequantised(*expected[1:]), "add_norm_quant")
+    close(dequantised(*fused.launch_rows(x, x, x, x, x, 0.0, add=False, norm=False)[1:]),
+          dequantised(*fused.quantize_rows(x)), "quant_rows")
+    close(dequantised(*fused.launch_silu_mul_quant(raw, row_scale, col_scale)),
+          dequantised(*fused.reference_silu_mul_quant(raw, row_scale, col_scale)), "silu_mul_quant")
+
+# rope_store: 2 rows x 5 tokens, 4 query / 2 KV heads of 16, written at slots 3..7 of 12
+rows, length, heads, kv_heads, dim = 2, 5, 4, 2, 16
+raw = torch.randn(rows, length, (heads + 2 * kv_heads) * dim, generator=generator) * 30
+row_scale = torch.rand(rows * length, 1, generator=generator) * 0.1
+col_scale = torch.rand(1, raw.shape[-1], generator=generator) * 0.1
+qk_norm = torch.rand(heads + kv_heads, dim, generator=generator) + 0.5
+slots = torch.arange(3, 3 + length)
+cos, sin = rope_angles(slots + 7, 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), torch.float32)
+caches = [torch.zeros(rows, 12, kv_heads, dim) for _ in range(4)]
+inputs = (raw, row_scale, col_scale, qk_norm, cos, sin)
+expected = fused.reference_rope_store(*inputs, *caches[:2], slots, heads, 1e-6)
+got = fused.launch_rope_store(*inputs, *caches[2:], slots, heads, 1e-6)
+close(got, expected, "queries")
+close(caches[2], caches[0], "keys")
+close(caches[3], caches[1], "values")
+assert caches[0][:, 3:8].abs().sum() > 0 and caches[0][:, :3].abs().sum() == 0
+print("ok")
+"""
+
+
+def test_the_fused_kernels_under_the_interpreter_are_their_twins():
+    # A process of its own: Triton reads TRITON_INTERPRET when it is imported (requirements/dev.txt).
+    pytest.importorskip("triton")
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL_TWINS], env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _logits(model, prompt, decoder: LeanDecoder) -> tuple[torch.Tensor, torch.Tensor]:
+    # The prompt's K/V and one fused-order forward (8 committed tokens written, a block denoised).
+    cache = StaticBlockCache(model, 8, 1, prompt.length, 16, decoder=decoder)
+    cache.prefill(prompt)
+    committed = torch.arange(198, 206)[None]
+    block = torch.full((1, 8), MASK_ID)
+    block[0, 0] = 198
+    logits = head_logits(model, cache.write_and_denoise(committed, block))
+    return logits, cache.cache.keys[:, 0, : prompt.length + 16].clone()
+
+
+def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -> None:
+    fused = LeanDecoder(tiny_model, weights="fp8")
+    assert fused.fused and fused._between is fp8_fused.between
+    got, got_keys = _logits(tiny_model, planning_prompt, fused)
+    expected, expected_keys = _logits(
+        tiny_model, planning_prompt, LeanDecoder(tiny_model, weights="fp8", fused=False)
+    )
+    # fp32: the two differ by where the scales are applied; an FP8 rounding may flip with that (1 in 16)
+    assert (got_keys - expected_keys).abs().max() <= 1e-3 * expected_keys.abs().max()
+    assert (got - expected).abs().max() <= 1e-3 * expected.abs().max()
+    assert not LeanDecoder(tiny_model, weights="bf16").fused  # only W8A8 has fused layers

@@ -1,0 +1,385 @@
+"""W8A8 layers with the activation quantisation fused into the kernels that make the activations.
+
+The unfused ``fp8`` forward (``fast_model`` over ``fp8.fp8_linear``) quantises each product's input in a
+kernel of its own and applies the two scale vectors in another: ~20 us per layer on the H200, more than the
+FP8 products save (docs/BENCHMARKS.md, "FP8 weights"). Here every product is the fast unit-scaled
+``torch._scaled_mm`` (its raw output in the activations' dtype: bf16 keeps fp32's range, so nothing
+overflows), and the scales go where the next kernel reads that output anyway:
+
+- ``add_norm_quant``: residual add of a raw product (scaled), RMSNorm, per-row FP8 quantisation: one kernel
+  before q/k/v and one before gate/up. The MLP's down product is added by the next layer's kernel, so a
+  residual add never has a kernel of its own.
+- ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
+- ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
+- ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
+
+A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
+torch.compile, captured by CUDA graphs): on CUDA a Triton kernel, elsewhere its torch twin, which rounds at
+the same points (``reference_*``). ``launch_*`` runs the Triton kernel on any device (a CPU tensor under
+``TRITON_INTERPRET=1``: how the tests check the kernels without a GPU). The whole forward's twin is the
+unfused ``fp8`` forward (``LeanDecoder(weights="fp8", fused=False)``); the two differ by one bf16 rounding
+of each raw product.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.nn.functional as F
+
+from wamdiff2_ros.decoding.fast_model import queries_and_store, rope_angles
+from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
+
+Pending = tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor
+]  # a raw product (M, N), its (M, 1) and (1, N) scales
+
+
+def _warps(block: int) -> int:
+    return min(16, max(4, block // 512))
+
+
+def _fp8_rows(m: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    # A kernel's FP8 output and its scales. Under the interpreter the kernel stores fp32 and torch casts:
+    # Triton 3.8's interpreter rounds e4m3 wrongly where the rounding carries into the exponent (124.3 ->
+    # 64, not 128); a GPU converts in hardware.
+    dtype = torch.float32 if os.environ.get("TRITON_INTERPRET") == "1" else FP8
+    return torch.empty((m, width), dtype=dtype, device=device), torch.empty((m, 1), device=device)
+
+
+@functools.cache
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def rows(
+        x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
+        width, stride_x, stride_raw, eps,
+        ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
+        m = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < width
+        dtype = x_ptr.dtype.element_ty
+        x = tl.load(x_ptr + m * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
+        if ADD:
+            raw = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
+            column = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
+            delta = (raw * tl.load(row_scale_ptr + m) * column).to(dtype).to(tl.float32)
+            x = (x + delta).to(dtype).to(tl.float32)
+            tl.store(x_out_ptr + m * width + cols, x.to(dtype), mask=inside)
+        if NORM:
+            weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            x = (x * tl.math.rsqrt(tl.sum(x * x, axis=0) / width + eps) * weight).to(dtype).to(tl.float32)
+        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), 448.0), 1e-12)
+        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
+        tl.store(q_ptr + m * width + cols, q.to(q_ptr.dtype.element_ty), mask=inside)
+        tl.store(scale_ptr + m, scale)
+
+    @triton.jit
+    def silu_mul(
+        raw_ptr, row_scale_ptr, col_scale_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr
+    ):
+        # One row of the gate/up product: scales, SiLU(gate) * up (each rounded as torch rounds), quantised.
+        m = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < width
+        dtype = raw_ptr.dtype.element_ty
+        row_scale = tl.load(row_scale_ptr + m)
+        gate = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
+        up = tl.load(raw_ptr + m * stride_raw + width + cols, mask=inside, other=0.0).to(tl.float32)
+        gate_scale = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
+        up_scale = tl.load(col_scale_ptr + width + cols, mask=inside, other=0.0)
+        gate = (gate * row_scale * gate_scale).to(dtype).to(tl.float32)
+        up = (up * row_scale * up_scale).to(dtype).to(tl.float32)
+        silu = tl.math.div_rn(gate, 1.0 + tl.exp(-gate)).to(dtype).to(tl.float32)
+        x = (silu * up).to(dtype).to(tl.float32)
+        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), 448.0), 1e-12)
+        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
+        tl.store(q_ptr + m * width + cols, q.to(q_ptr.dtype.element_ty), mask=inside)
+        tl.store(scale_ptr + m, scale)
+
+    @triton.jit
+    def rope_store(
+        raw_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
+        length, stride_raw, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
+        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
+    ):  # fmt: skip
+        # One head of one token: scaled q/k/v; q and k normed, weighted and rotated (half-split layout);
+        # q to the queries, k and v to their cache slot.
+        m, head = tl.program_id(0), tl.program_id(1)
+        row, token = m // length, m % length
+        half: tl.constexpr = D // 2
+        dims = tl.arange(0, half)
+        dtype = raw_ptr.dtype.element_ty
+        base = m * stride_raw + head * D
+        row_scale = tl.load(row_scale_ptr + m)
+        first = (
+            tl.load(raw_ptr + base + dims).to(tl.float32)
+            * row_scale
+            * tl.load(col_scale_ptr + head * D + dims)
+        )
+        second = (
+            tl.load(raw_ptr + base + half + dims).to(tl.float32)
+            * row_scale
+            * tl.load(col_scale_ptr + head * D + half + dims)
+        )
+        first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
+        slot = tl.load(slots_ptr + token)
+        if head < HEADS + KV_HEADS:
+            inverse = tl.math.rsqrt(
+                (tl.sum(first * first, axis=0) + tl.sum(second * second, axis=0)) / D + eps
+            )
+            first = (first * inverse).to(dtype).to(tl.float32)
+            second = (second * inverse).to(dtype).to(tl.float32)
+            first = (first * tl.load(norm_ptr + head * D + dims).to(tl.float32)).to(dtype).to(tl.float32)
+            second = (
+                (second * tl.load(norm_ptr + head * D + half + dims).to(tl.float32)).to(dtype).to(tl.float32)
+            )
+            angle = token * stride_angle
+            cos_first = tl.load(cos_ptr + angle + dims).to(tl.float32)
+            cos_second = tl.load(cos_ptr + angle + half + dims).to(tl.float32)
+            sin_first = tl.load(sin_ptr + angle + dims).to(tl.float32)
+            sin_second = tl.load(sin_ptr + angle + half + dims).to(tl.float32)
+            rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (-second * sin_first).to(dtype).to(
+                tl.float32
+            )
+            rotated_second = (second * cos_second).to(dtype).to(tl.float32) + (first * sin_second).to(
+                dtype
+            ).to(tl.float32)
+            if head < HEADS:
+                out = q_ptr + (m * HEADS + head) * D
+            else:
+                out = k_ptr + row * stride_k_row + slot * stride_k_slot + (head - HEADS) * D
+            tl.store(out + dims, rotated_first.to(dtype))
+            tl.store(out + half + dims, rotated_second.to(dtype))
+        else:
+            out = v_ptr + row * stride_v_row + slot * stride_v_slot + (head - HEADS - KV_HEADS) * D
+            tl.store(out + dims, first.to(dtype))
+            tl.store(out + half + dims, second.to(dtype))
+
+    return rows, silu_mul, rope_store
+
+
+def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor) -> torch.Tensor:
+    # A raw product with its scales, rounded as the scaled product's output would be.
+    return (raw.float() * row_scale * col_scale).to(raw.dtype)
+
+
+# The twins: torch ops rounding where the kernels round (and where the unfused forward rounds).
+
+
+def reference_add_norm_quant(x, raw, row_scale, col_scale, weight, eps):
+    x = (x.float() + _scaled(raw, row_scale, col_scale).float()).to(x.dtype)
+    return (x, *quantize_rows(F.rms_norm(x, (x.shape[-1],), weight, eps)))
+
+
+def reference_silu_mul_quant(raw, row_scale, col_scale):
+    gate, up = _scaled(raw, row_scale, col_scale).chunk(2, dim=-1)
+    return quantize_rows(F.silu(gate) * up)
+
+
+def reference_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    rows, length, _ = raw.shape
+    qkv = _scaled(raw.reshape(rows * length, -1), row_scale, col_scale).view(rows, length, -1)
+    return queries_and_store(qkv, qk_norm, cos, sin, keys, values, slots, heads, eps)
+
+
+# The Triton launches (any device; a CPU tensor needs TRITON_INTERPRET=1).
+
+
+def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool):
+    import triton
+
+    m, width = x.shape
+    block = triton.next_power_of_2(width)
+    q, scale = _fp8_rows(m, width, x.device)
+    x_out = torch.empty_like(x) if add else x
+    raw = raw if add else x
+    _kernels()[0][(m,)](
+        x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
+        scale, width, x.stride(0), raw.stride(0), eps, ADD=add, NORM=norm, BLOCK=block,
+        num_warps=_warps(block),
+    )  # fmt: skip
+    return x_out, q.to(FP8), scale
+
+
+def launch_silu_mul_quant(raw, row_scale, col_scale):
+    import triton
+
+    m, width = raw.shape[0], raw.shape[1] // 2
+    block = triton.next_power_of_2(width)
+    q, scale = _fp8_rows(m, width, raw.device)
+    _kernels()[1][(m,)](
+        raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block, num_warps=_warps(block)
+    )
+    return q.to(FP8), scale
+
+
+def launch_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    rows, length, width = raw.shape
+    qk_heads, dim = qk_norm.shape
+    kv_heads = qk_heads - heads
+    raw = raw.reshape(rows * length, width)
+    q = torch.empty((rows, length, heads, dim), dtype=raw.dtype, device=raw.device)
+    _kernels()[2][(rows * length, qk_heads + kv_heads)](
+        raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
+        cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps,
+        HEADS=heads, KV_HEADS=kv_heads, D=dim, num_warps=1,
+    )  # fmt: skip
+    return q
+
+
+# The custom ops the forward calls: Triton on CUDA, the twin elsewhere.
+
+
+@torch.library.custom_op("wamdiff2::fp8_add_norm_quant", mutates_args=())
+def add_norm_quant(
+    x: torch.Tensor,
+    raw: torch.Tensor,
+    row_scale: torch.Tensor,
+    col_scale: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` (M, H) plus the raw product ``raw`` (M, H) times its scales, then RMSNorm with ``weight``, in
+    FP8: (the new x, its normed rows in e4m3 (M, H), their (M, 1) fp32 scales)."""
+    if x.device.type != "cuda":
+        return reference_add_norm_quant(x, raw, row_scale, col_scale, weight, eps)
+    return launch_rows(x, raw, row_scale, col_scale, weight, eps, add=True, norm=True)
+
+
+@add_norm_quant.register_fake
+def _(x, raw, row_scale, col_scale, weight, eps):
+    return (
+        torch.empty_like(x),
+        x.new_empty(x.shape, dtype=FP8),
+        x.new_empty((x.shape[0], 1), dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("wamdiff2::fp8_quant_rows", mutates_args=())
+def quant_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (M, K) in e4m3 with one fp32 scale per row (``fp8.quantize_rows``, in one kernel)."""
+    if x.device.type != "cuda":
+        return quantize_rows(x)
+    _, q, scale = launch_rows(x, x, x, x, x, 0.0, add=False, norm=False)
+    return q, scale
+
+
+@quant_rows.register_fake
+def _(x):
+    return x.new_empty(x.shape, dtype=FP8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+@torch.library.custom_op("wamdiff2::fp8_silu_mul_quant", mutates_args=())
+def silu_mul_quant(
+    raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The raw gate/up product (M, 2 I) times its scales -> SiLU(gate) * up (M, I) in e4m3, (M, 1) scales."""
+    if raw.device.type != "cuda":
+        return reference_silu_mul_quant(raw, row_scale, col_scale)
+    return launch_silu_mul_quant(raw, row_scale, col_scale)
+
+
+@silu_mul_quant.register_fake
+def _(raw, row_scale, col_scale):
+    shape = (raw.shape[0], raw.shape[1] // 2)
+    return raw.new_empty(shape, dtype=FP8), raw.new_empty((raw.shape[0], 1), dtype=torch.float32)
+
+
+@torch.library.custom_op("wamdiff2::fp8_rope_store", mutates_args=("keys", "values"))
+def rope_store(
+    raw: torch.Tensor,
+    row_scale: torch.Tensor,
+    col_scale: torch.Tensor,
+    qk_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """The raw q/k/v product (K, n, (Hq + 2 Hkv) D) times its scales -> queries (K, n, Hq, D); k and v go
+    to ``keys``/``values`` (K, slots, Hkv, D) at ``slots`` (n,) (``fast_model.queries_and_store``)."""
+    if raw.device.type != "cuda":
+        queries = reference_rope_store(
+            raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
+        )
+        return queries.contiguous()  # a custom op's output has the strides of its fake's
+    return launch_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
+
+
+@rope_store.register_fake
+def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    return raw.new_empty((raw.shape[0], raw.shape[1], heads, qk_norm.shape[1]))
+
+
+# The layer on these ops (the state between two attention calls is the hidden states, the MLP's down
+# product still to be added by the next norm).
+
+
+def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
+    """FP8 rows times an FP8 weight, unscaled, into ``dtype`` (the caller's kernel applies both scales)."""
+    return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
+
+
+def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    """``fast_model.attention_input`` on FP8 weights, the pending down product (or None) added first ->
+    (hidden states with it added (K, n, H), queries (K, n, Hq, D))."""
+    rows, length, hidden = x.shape
+    flat = x.reshape(rows * length, hidden)
+    if pending is None:
+        h8, h_scale = quant_rows(F.rms_norm(flat, (hidden,), input_norm, eps))
+    else:
+        flat, h8, h_scale = add_norm_quant(flat, *pending, input_norm, eps)
+    raw = product(h8, qkv, x.dtype).view(rows, length, -1)
+    q = rope_store(raw, h_scale, qkv.scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
+    return flat.view(rows, length, hidden), q
+
+
+def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch.Tensor, Pending]:
+    """``fast_model.layer_output`` on FP8 weights -> (hidden states after attention, the MLP's pending
+    down product)."""
+    rows, length, hidden = x.shape
+    a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
+    flat, h8, h_scale = add_norm_quant(
+        x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
+    )
+    m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
+    return flat.view(rows, length, hidden), (product(m8, down, x.dtype), m_scale, down.scale)
+
+
+def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:
+    """``x`` with the pending product added."""
+    raw, row_scale, col_scale = pending
+    flat = (x.reshape(raw.shape).float() + _scaled(raw, row_scale, col_scale).float()).to(x.dtype)
+    return flat.view(x.shape)
+
+
+# The pieces of ``LeanDecoder.forward`` and ``prefill`` (their signatures).
+
+
+def begin(tokens, start, rope_delta, inv_freq, embed, first, keys, values, heads, eps):
+    slots = start + torch.arange(tokens.shape[1], device=tokens.device)
+    cos, sin = rope_angles(slots + rope_delta, inv_freq, embed.dtype)
+    x, q = attention_input(
+        F.embedding(tokens, embed), None, *first, cos, sin, keys, values, slots, heads, eps
+    )
+    return x, q, slots, cos, sin
+
+
+def between(x, attended, second, first, cos, sin, keys, values, slots, heads, eps):
+    x, pending = layer_output(x, attended, *second, eps)
+    return attention_input(x, pending, *first, cos, sin, keys, values, slots, heads, eps)
+
+
+def end(x, attended, second, final_norm, eps):
+    x = settle(*layer_output(x, attended, *second, eps))
+    return F.rms_norm(x, (x.shape[-1],), final_norm, eps)
