@@ -44,3 +44,6 @@ def test_plan_rows_cover_k_grammar_and_sizes_and_filter_by_name():
     only = plan_rows("quick", ["1920x1080"], "flashinfer", True, True, ["K1 grammar", "K4 free"])
     assert [name for name, _, _ in only] == [names[0], names[3]]
     assert all(settings["compile"] and settings["block_size"] == 32 for _, _, settings in only)
+    fp8 = plan_rows("quick", ["1920x1080"], "triton", True, True, ["K1 grammar"], weights="fp8")
+    assert [name for name, _, _ in fp8] == ["1920x1080 K1 grammar triton graphs compile fp8"]
+    assert fp8[0][2]["weights"] == "fp8" and all(s["weights"] == "bf16" for _, _, s in only)

@@ -10,12 +10,14 @@ other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
-FlashInfer's backend, with the error against SDPA. vision_attention: the 1080p tower's attention in bf16
-(cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each number is the median of 15
-graph replays of 20 (gemm, w8a16), 24 (vision_attention) or 28 (attention, split_keys) calls.
+FlashInfer's backend, with the error against SDPA. fused_fp8: the fused W8A8 layer's kernels at
+M = 32..2,106 (SiLU at 4 / 8 / 16 warps) and its unit-scaled FP8 products. vision_attention: the 1080p
+tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each
+number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
+(attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,split_keys,vision_attention] (the parts to run; default the first three).
+[gemm,fp8,attention,w8a16,split_keys,fused_fp8,vision_attention] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -335,6 +337,55 @@ def split_keys() -> dict[str, dict[str, float]]:
     return results
 
 
+def fused_fp8() -> dict[str, dict[str, float]]:
+    """The fused W8A8 layer's own kernels (decoding/fp8_fused.py) at the 2b shape, us per call (20 in a
+    graph), SiLU's at 4, 8 and 16 warps; beside them the FP8 products they feed."""
+    results = {}
+    for rows in (32, 64, 256, 2106):
+        for name, function in _fused_fp8_calls(rows).items():
+            results[f"M{rows} {name}"] = {"us": graph_ms(repeated(function, 20)) / 20 * 1000}
+            print(rows, name, results[f"M{rows} {name}"], flush=True)
+    return results
+
+
+def _fused_fp8_calls(rows: int) -> dict[str, Callable[[], object]]:
+    from wamdiff2_ros.decoding import fp8_fused as fused
+    from wamdiff2_ros.decoding.fast_model import rope_angles
+    from wamdiff2_ros.decoding.fp8 import quantize_weight
+
+    x = torch.randn(rows, 2048, device=DEVICE, dtype=torch.bfloat16)
+    raw = torch.randn(rows, 12288, device=DEVICE, dtype=torch.bfloat16) * 300
+    row_scale = torch.rand(rows, 1, device=DEVICE) * 0.01
+    col_scale = torch.rand(1, 12288, device=DEVICE) * 0.01
+    weight = torch.ones(2048, device=DEVICE, dtype=torch.bfloat16)
+    residual = raw[:, :2048].contiguous()
+    qkv = raw[:, :4096].reshape(1, rows, 4096).contiguous()
+    qk_norm = torch.ones(24, 128, device=DEVICE, dtype=torch.bfloat16)
+    slots = torch.arange(rows, device=DEVICE)
+    cos, sin = rope_angles(slots, torch.ones(64, device=DEVICE), torch.bfloat16)
+    keys, values = (torch.zeros(1, rows, 8, 128, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    operands = {"h": fused.quant_rows(x)[0], "m": fused.silu_mul_quant(raw, row_scale, col_scale)[0]}
+    calls = {
+        "add_norm_quant": lambda: fused.add_norm_quant(x, residual, row_scale, col_scale, weight, 1e-6),
+        "quant_rows": lambda: fused.quant_rows(x),
+        "rope_store": lambda: fused.rope_store(
+            qkv, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, 16, 1e-6
+        ),
+        **{
+            f"silu_mul_quant {warps} warps": lambda warps=warps: fused.launch_silu_mul_quant(
+                raw, row_scale, col_scale, warps
+            )
+            for warps in (4, 8, 16)
+        },
+    }
+    for name, (n, k) in SHAPES.items():
+        if name != "head":
+            quantised = quantize_weight(torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16) * 0.02)
+            operand = operands["m" if name == "down" else "h"]
+            calls[f"product {name}"] = lambda a=operand, w=quantised: fused.product(a, w, torch.bfloat16)
+    return calls
+
+
 def vision_attention() -> dict[str, dict[str, float]]:
     """The 1080p vision tower's attention (16 heads of 64 over 7,920 patches, one block), bf16 against FP8
     (FlashInfer's FA3 with per-head scales; issue 18's lever for the 18 ms tower): ms per call as the tower
@@ -388,6 +439,7 @@ if __name__ == "__main__":
         "attention": attention,
         "w8a16": w8a16,
         "split_keys": split_keys,
+        "fused_fp8": fused_fp8,
         "vision_attention": vision_attention,
     }
     report = {part: probes[part]() for part in parts}

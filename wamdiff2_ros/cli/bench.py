@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--weights",
         choices=("bf16", "fp8", "fp8_weight_only"),
         default="bf16",
-        help="profile: the text layers' weights (default bf16)",
+        help="plan, profile: the fast path's text-layer weights (default bf16)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
@@ -323,14 +323,21 @@ def _profile(args: argparse.Namespace, model: Any, tokenizer: Any, prompt: Any, 
 
 
 def plan_rows(
-    suite: str, sizes: list[str], fast: str, compile: bool, graphs: bool, only: list[str] | None = None
+    suite: str,
+    sizes: list[str],
+    fast: str,
+    compile: bool,
+    graphs: bool,
+    only: list[str] | None = None,
+    weights: str = "bf16",
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, image size, DecodeConfig settings) of ``bench plan``: the node's decode settings (B32 S8,
     dynamic 0.9, 128 tokens; K = 4: candidate 0 greedy, the others at 0.7) on the fast path, grammar on and
     off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size. ``only``:
-    the rows whose name contains one of these parts."""
+    the rows whose name contains one of these parts; ``weights``: the fast rows' text-layer weights (named
+    at the end unless bf16)."""
     base = {"block_size": 32, "steps": 8, "threshold": 0.9, "max_new_tokens": 128, "greedy_first": True}
-    fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile}
+    fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile, "weights": weights}
     rows = []
     for index, size in enumerate(sizes):
         for grammar in (True, False) if index == 0 else (True,):
@@ -339,6 +346,7 @@ def plan_rows(
                 settings["temperature"] = 0.7 if k > 1 else 0.0
                 tag = "grammar" if grammar else "free"
                 extras = (" graphs" if graphs else "") + (" compile" if compile else "")
+                extras += "" if weights == "bf16" else f" {weights}"
                 rows.append((f"{size} K{k} {tag} {fast}{extras}", size, settings))
     if suite == "full":
         for k in (1, 4):
@@ -379,7 +387,9 @@ def _plan(args: argparse.Namespace) -> int:
     rows = []
     graphs = device.type == "cuda"
     only = [part for part in args.only.split(",") if part]
-    for name, size, settings in plan_rows(args.suite, sizes, fast, not args.no_compile, graphs, only):
+    for name, size, settings in plan_rows(
+        args.suite, sizes, fast, not args.no_compile, graphs, only, args.weights
+    ):
         base = base or Planner(loaded, DecodeConfig(**settings), max_pixels=MAX_PIXELS)
         planner = base.with_config(**settings)
         eager = planner.config.backend == "eager"

@@ -208,15 +208,16 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     return x_out, q.to(FP8), scale
 
 
-def launch_silu_mul_quant(raw, row_scale, col_scale):
+def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None):
     import triton
 
     m, width = raw.shape[0], raw.shape[1] // 2
     block = triton.next_power_of_2(width)
     q, scale = _fp8_rows(m, width, raw.device)
     _kernels()[1][(m,)](
-        raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block, num_warps=_warps(block)
-    )
+        raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block,
+        num_warps=warps or _warps(block),
+    )  # fmt: skip
     return q.to(FP8), scale
 
 
