@@ -50,8 +50,9 @@ for rows, width in ((7, 96), (3, 200)):  # a power of two's block and a ragged o
     close(dequantised(*got[1:]), dequantised(*expected[1:]), "add_norm_quant")
     close(dequantised(*fused.launch_rows(x, x, x, x, x, 0.0, add=False, norm=False)[1:]),
           dequantised(*fused.quantize_rows(x)), "quant_rows")
-    close(dequantised(*fused.launch_silu_mul_quant(raw, row_scale, col_scale)),
-          dequantised(*fused.reference_silu_mul_quant(raw, row_scale, col_scale)), "silu_mul_quant")
+    for block in (fused.SILU_BLOCK, 64):  # one chunk per row, and several with a ragged last one
+        close(dequantised(*fused.launch_silu_mul_quant(raw, row_scale, col_scale, block=block)),
+              dequantised(*fused.reference_silu_mul_quant(raw, row_scale, col_scale)), "silu_mul_quant")
 
 # rope_store: 2 rows x 5 tokens, 4 query / 2 KV heads of 16, written at slots 3..7 of 12
 rows, length, heads, kv_heads, dim = 2, 5, 4, 2, 16

@@ -11,7 +11,7 @@ w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..25
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
 FlashInfer's backend, with the error against SDPA. fused_fp8: the fused W8A8 layer's kernels at
-M = 32..2,106 (SiLU at 4 / 8 / 16 warps) and its unit-scaled FP8 products. vision_attention: the 1080p
+M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products. vision_attention: the 1080p
 tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each
 number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
 (attention, split_keys) calls.
@@ -339,7 +339,8 @@ def split_keys() -> dict[str, dict[str, float]]:
 
 def fused_fp8() -> dict[str, dict[str, float]]:
     """The fused W8A8 layer's own kernels (decoding/fp8_fused.py) at the 2b shape, us per call (20 in a
-    graph), SiLU's at 4, 8 and 16 warps; beside them the FP8 products they feed."""
+    graph), SiLU's at chunks of 1,024 / 2,048 / 8,192 and 4 / 8 / 16 warps; beside them the FP8 products
+    they feed."""
     results = {}
     for rows in (32, 64, 256, 2106):
         for name, function in _fused_fp8_calls(rows).items():
@@ -372,9 +373,10 @@ def _fused_fp8_calls(rows: int) -> dict[str, Callable[[], object]]:
             qkv, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, 16, 1e-6
         ),
         **{
-            f"silu_mul_quant {warps} warps": lambda warps=warps: fused.launch_silu_mul_quant(
-                raw, row_scale, col_scale, warps
+            f"silu_mul_quant block {block} {warps} warps": lambda w=warps, b=block: (
+                fused.launch_silu_mul_quant(raw, row_scale, col_scale, w, b)
             )
+            for block in (1024, 2048, 8192)
             for warps in (4, 8, 16)
         },
     }

@@ -14,8 +14,8 @@ overflows), and the scales go where the next kernel reads that output anyway:
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
 
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
-torch.compile, captured by CUDA graphs): on CUDA a Triton kernel, elsewhere its torch twin, which rounds at
-the same points (``reference_*``). ``launch_*`` runs the Triton kernel on any device (a CPU tensor under
+torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
+twin, which rounds at the same points (``reference_*``). ``launch_*`` runs the Triton kernel on any device (a CPU tensor under
 ``TRITON_INTERPRET=1``: how the tests check the kernels without a GPU). The whole forward's twin is the
 unfused ``fp8`` forward (``LeanDecoder(weights="fp8", fused=False)``); the two differ by one bf16 rounding
 of each raw product.
@@ -23,7 +23,6 @@ of each raw product.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -47,122 +46,6 @@ def _fp8_rows(m: int, width: int, device: torch.device) -> tuple[torch.Tensor, t
     # 64, not 128); a GPU converts in hardware.
     dtype = torch.float32 if os.environ.get("TRITON_INTERPRET") == "1" else FP8
     return torch.empty((m, width), dtype=dtype, device=device), torch.empty((m, 1), device=device)
-
-
-@functools.cache
-def _kernels():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def rows(
-        x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
-        width, stride_x, stride_raw, eps,
-        ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
-        m = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        inside = cols < width
-        dtype = x_ptr.dtype.element_ty
-        x = tl.load(x_ptr + m * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
-        if ADD:
-            raw = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
-            column = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
-            delta = (raw * tl.load(row_scale_ptr + m) * column).to(dtype).to(tl.float32)
-            x = (x + delta).to(dtype).to(tl.float32)
-            tl.store(x_out_ptr + m * width + cols, x.to(dtype), mask=inside)
-        if NORM:
-            weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            x = (x * tl.math.rsqrt(tl.sum(x * x, axis=0) / width + eps) * weight).to(dtype).to(tl.float32)
-        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), 448.0), 1e-12)
-        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
-        tl.store(q_ptr + m * width + cols, q.to(q_ptr.dtype.element_ty), mask=inside)
-        tl.store(scale_ptr + m, scale)
-
-    @triton.jit
-    def silu_mul(
-        raw_ptr, row_scale_ptr, col_scale_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr
-    ):
-        # One row of the gate/up product: scales, SiLU(gate) * up (each rounded as torch rounds), quantised.
-        m = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        inside = cols < width
-        dtype = raw_ptr.dtype.element_ty
-        row_scale = tl.load(row_scale_ptr + m)
-        gate = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
-        up = tl.load(raw_ptr + m * stride_raw + width + cols, mask=inside, other=0.0).to(tl.float32)
-        gate_scale = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
-        up_scale = tl.load(col_scale_ptr + width + cols, mask=inside, other=0.0)
-        gate = (gate * row_scale * gate_scale).to(dtype).to(tl.float32)
-        up = (up * row_scale * up_scale).to(dtype).to(tl.float32)
-        silu = tl.math.div_rn(gate, 1.0 + tl.exp(-gate)).to(dtype).to(tl.float32)
-        x = (silu * up).to(dtype).to(tl.float32)
-        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), 448.0), 1e-12)
-        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
-        tl.store(q_ptr + m * width + cols, q.to(q_ptr.dtype.element_ty), mask=inside)
-        tl.store(scale_ptr + m, scale)
-
-    @triton.jit
-    def rope_store(
-        raw_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
-        length, stride_raw, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
-        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
-    ):  # fmt: skip
-        # One head of one token: scaled q/k/v; q and k normed, weighted and rotated (half-split layout);
-        # q to the queries, k and v to their cache slot.
-        m, head = tl.program_id(0), tl.program_id(1)
-        row, token = m // length, m % length
-        half: tl.constexpr = D // 2
-        dims = tl.arange(0, half)
-        dtype = raw_ptr.dtype.element_ty
-        base = m * stride_raw + head * D
-        row_scale = tl.load(row_scale_ptr + m)
-        first = (
-            tl.load(raw_ptr + base + dims).to(tl.float32)
-            * row_scale
-            * tl.load(col_scale_ptr + head * D + dims)
-        )
-        second = (
-            tl.load(raw_ptr + base + half + dims).to(tl.float32)
-            * row_scale
-            * tl.load(col_scale_ptr + head * D + half + dims)
-        )
-        first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
-        slot = tl.load(slots_ptr + token)
-        if head < HEADS + KV_HEADS:
-            inverse = tl.math.rsqrt(
-                (tl.sum(first * first, axis=0) + tl.sum(second * second, axis=0)) / D + eps
-            )
-            first = (first * inverse).to(dtype).to(tl.float32)
-            second = (second * inverse).to(dtype).to(tl.float32)
-            first = (first * tl.load(norm_ptr + head * D + dims).to(tl.float32)).to(dtype).to(tl.float32)
-            second = (
-                (second * tl.load(norm_ptr + head * D + half + dims).to(tl.float32)).to(dtype).to(tl.float32)
-            )
-            angle = token * stride_angle
-            cos_first = tl.load(cos_ptr + angle + dims).to(tl.float32)
-            cos_second = tl.load(cos_ptr + angle + half + dims).to(tl.float32)
-            sin_first = tl.load(sin_ptr + angle + dims).to(tl.float32)
-            sin_second = tl.load(sin_ptr + angle + half + dims).to(tl.float32)
-            rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (-second * sin_first).to(dtype).to(
-                tl.float32
-            )
-            rotated_second = (second * cos_second).to(dtype).to(tl.float32) + (first * sin_second).to(
-                dtype
-            ).to(tl.float32)
-            if head < HEADS:
-                out = q_ptr + (m * HEADS + head) * D
-            else:
-                out = k_ptr + row * stride_k_row + slot * stride_k_slot + (head - HEADS) * D
-            tl.store(out + dims, rotated_first.to(dtype))
-            tl.store(out + half + dims, rotated_second.to(dtype))
-        else:
-            out = v_ptr + row * stride_v_row + slot * stride_v_slot + (head - HEADS - KV_HEADS) * D
-            tl.store(out + dims, first.to(dtype))
-            tl.store(out + half + dims, second.to(dtype))
-
-    return rows, silu_mul, rope_store
 
 
 def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor) -> torch.Tensor:
@@ -195,12 +78,14 @@ def reference_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, val
 def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool):
     import triton
 
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
+
     m, width = x.shape
     block = triton.next_power_of_2(width)
     q, scale = _fp8_rows(m, width, x.device)
     x_out = torch.empty_like(x) if add else x
     raw = raw if add else x
-    _kernels()[0][(m,)](
+    kernels.rows[(m,)](
         x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
         scale, width, x.stride(0), raw.stride(0), eps, ADD=add, NORM=norm, BLOCK=block,
         num_warps=_warps(block),
@@ -208,26 +93,29 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     return x_out, q.to(FP8), scale
 
 
-def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None):
-    import triton
+SILU_BLOCK, SILU_WARPS = 2048, 8  # a guess, not yet swept (tools/probes/gpu_kernels.py fused_fp8)
+
+
+def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int = SILU_WARPS, block: int = SILU_BLOCK):
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
     m, width = raw.shape[0], raw.shape[1] // 2
-    block = triton.next_power_of_2(width)
     q, scale = _fp8_rows(m, width, raw.device)
-    _kernels()[1][(m,)](
-        raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block,
-        num_warps=warps or _warps(block),
+    kernels.silu_mul[(m,)](
+        raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps
     )  # fmt: skip
     return q.to(FP8), scale
 
 
 def launch_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
+
     rows, length, width = raw.shape
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
     raw = raw.reshape(rows * length, width)
     q = torch.empty((rows, length, heads, dim), dtype=raw.dtype, device=raw.device)
-    _kernels()[2][(rows * length, qk_heads + kv_heads)](
+    kernels.rope_store[(rows * length, qk_heads + kv_heads)](
         raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
         cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps,
         HEADS=heads, KV_HEADS=kv_heads, D=dim, num_warps=1,
