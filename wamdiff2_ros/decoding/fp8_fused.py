@@ -16,9 +16,9 @@ overflows), and the scales go where the next kernel reads that output anyway:
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
 torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
 twin, which rounds at the same points (``reference_*``). ``launch_*`` runs the Triton kernel on any device
-(a CPU tensor under ``TRITON_INTERPRET=1``: how the tests check the kernels without a GPU). The whole forward's twin is the
-unfused ``fp8`` forward (``LeanDecoder(weights="fp8", fused=False)``); the two differ by one bf16 rounding
-of each raw product.
+(a CPU tensor under ``TRITON_INTERPRET=1``: how the tests check the kernels without a GPU). The whole
+forward's twin is the unfused ``fp8`` forward (``LeanDecoder(weights="fp8", fused=False)``); the two differ
+by one bf16 rounding of each raw product.
 """
 
 from __future__ import annotations
