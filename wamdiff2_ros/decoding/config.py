@@ -59,9 +59,10 @@ class DecodeConfig:
             each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is
             its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
         weights: fast path only: ``bf16`` (the model's own weights), ``fp8`` (opt-in: the text layers'
-            matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm``) or ``fp8_weight_only``
+            matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm`` in fused layers:
+            decoding/fp8_fused.py) or ``fp8_weight_only``
             (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
-            the default until they are faster and a trained model shows the quality holds
+            the default until a trained model shows the quality holds (fp8 is the faster on the H200)
             (docs/DECISIONS.md).
     """
 

@@ -93,13 +93,16 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     return x_out, q.to(FP8), scale
 
 
-SILU_BLOCK, SILU_WARPS = 2048, 8  # a guess, not yet swept (tools/probes/gpu_kernels.py fused_fp8)
+# The H200 sweep (tools/probes/gpu_kernels.py fused_fp8, docs/BENCHMARKS.md): chunks of 2,048, 16 warps up
+# to 256 rows (5.2 us at 32), 8 beyond (47 us at the prompt's 2,106; 16 warps 50 us).
+SILU_BLOCK = 2048
 
 
-def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int = SILU_WARPS, block: int = SILU_BLOCK):
+def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, block: int = SILU_BLOCK):
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
     m, width = raw.shape[0], raw.shape[1] // 2
+    warps = warps or (16 if m <= 256 else 8)
     q, scale = _fp8_rows(m, width, raw.device)
     kernels.silu_mul[(m,)](
         raw, row_scale, col_scale, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps
