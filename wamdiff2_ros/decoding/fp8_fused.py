@@ -57,7 +57,7 @@ def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor)
 
 
 def reference_add_norm_quant(x, raw, row_scale, col_scale, weight, eps):
-    x = (x.float() + _scaled(raw, row_scale, col_scale).float()).to(x.dtype)
+    x = settle(x, (raw, row_scale, col_scale))
     return (x, *quantize_rows(F.rms_norm(x, (x.shape[-1],), weight, eps)))
 
 
