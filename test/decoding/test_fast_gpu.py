@@ -385,7 +385,7 @@ def test_fused_fp8_kernels_at_the_2b_shape_match_their_twins(rows):
     # bf16 on the GPU (the CPU test checks fp32 under the interpreter): the normed or SiLU rows may round
     # to the next bf16 value, and their e4m3 codes with them, so the dequantised outputs are held to 1 %.
     from wamdiff2_ros.decoding import fp8_fused as fused
-    from wamdiff2_ros.decoding.fast_model import rope_angles
+    from wamdiff2_ros.decoding.lean_layers import rope_angles
 
     generator = torch.Generator(device="cuda").manual_seed(0)
 

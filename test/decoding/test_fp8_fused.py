@@ -23,7 +23,7 @@ from wamdiff2_ros.model.tokenizer import MASK_ID
 KERNEL_TWINS = """
 import torch
 from wamdiff2_ros.decoding import fp8_fused as fused
-from wamdiff2_ros.decoding.fast_model import rope_angles
+from wamdiff2_ros.decoding.lean_layers import rope_angles
 
 generator = torch.Generator().manual_seed(0)
 

@@ -351,8 +351,8 @@ def fused_fp8() -> dict[str, dict[str, float]]:
 
 def _fused_fp8_calls(rows: int) -> dict[str, Callable[[], object]]:
     from wamdiff2_ros.decoding import fp8_fused as fused
-    from wamdiff2_ros.decoding.fast_model import rope_angles
     from wamdiff2_ros.decoding.fp8 import quantize_weight
+    from wamdiff2_ros.decoding.lean_layers import rope_angles
 
     x = torch.randn(rows, 2048, device=DEVICE, dtype=torch.bfloat16)
     raw = torch.randn(rows, 12288, device=DEVICE, dtype=torch.bfloat16) * 300

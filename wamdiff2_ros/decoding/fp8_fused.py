@@ -1,6 +1,6 @@
 """W8A8 layers with the activation quantisation fused into the kernels that make the activations.
 
-The unfused ``fp8`` forward (``fast_model`` over ``fp8.fp8_linear``) quantises each product's input in a
+The unfused ``fp8`` forward (``lean_layers`` over ``fp8.linear``) quantises each product's input in a
 kernel of its own and applies the two scale vectors in another: ~20 us per layer on the H200, more than the
 FP8 products save (docs/BENCHMARKS.md, "FP8 weights"). Here every product is the fast unit-scaled
 ``torch._scaled_mm`` (its raw output in the activations' dtype: bf16 keeps fp32's range, so nothing
@@ -28,8 +28,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from wamdiff2_ros.decoding.fast_model import queries_and_store, rope_angles
 from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
+from wamdiff2_ros.decoding.lean_layers import queries_and_store, rope_angles
 
 Pending = tuple[
     torch.Tensor, torch.Tensor, torch.Tensor
@@ -199,7 +199,7 @@ def rope_store(
     eps: float,
 ) -> torch.Tensor:
     """The raw q/k/v product (K, n, (Hq + 2 Hkv) D) times its scales -> queries (K, n, Hq, D); k and v go
-    to ``keys``/``values`` (K, slots, Hkv, D) at ``slots`` (n,) (``fast_model.queries_and_store``)."""
+    to ``keys``/``values`` (K, slots, Hkv, D) at ``slots`` (n,) (``lean_layers.queries_and_store``)."""
     if raw.device.type != "cuda":
         queries = reference_rope_store(
             raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
@@ -223,7 +223,7 @@ def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Te
 
 
 def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values, slots, heads, eps):
-    """``fast_model.attention_input`` on FP8 weights, the pending down product (or None) added first ->
+    """``lean_layers.attention_input`` on FP8 weights, the pending down product (or None) added first ->
     (hidden states with it added (K, n, H), queries (K, n, Hq, D))."""
     rows, length, hidden = x.shape
     flat = x.reshape(rows * length, hidden)
@@ -237,7 +237,7 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
 
 
 def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch.Tensor, Pending]:
-    """``fast_model.layer_output`` on FP8 weights -> (hidden states after attention, the MLP's pending
+    """``lean_layers.layer_output`` on FP8 weights -> (hidden states after attention, the MLP's pending
     down product)."""
     rows, length, hidden = x.shape
     a8, a_scale = quant_rows(attended.reshape(rows * length, -1))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.decoding import fp8_fused
 from wamdiff2_ros.decoding.config import PLAN_STEPS, DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.decoding.fast import FastEngine
@@ -46,13 +47,15 @@ def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def _layer_outputs(model, prompt: PromptTensors, decoder: LeanDecoder, backend: str) -> list[torch.Tensor]:
-    """The hidden state after each layer but the last of ``prompt``'s prefill (the last feeds no K/V)."""
+    """The hidden state after each layer but the last of ``prompt``'s prefill (the last feeds no K/V), the
+    fused FP8 layers' pending down product added."""
     outputs: list[torch.Tensor] = []
     layer_output = decoder._prompt_output
 
     def recording(*args):
-        outputs.append(layer_output(*args).clone())
-        return outputs[-1]
+        x, pending = layer_output(*args)
+        outputs.append(x.clone() if pending is None else fp8_fused.settle(x, pending))
+        return x, pending
 
     decoder._prompt_output = recording
     try:
