@@ -335,10 +335,10 @@ def test_every_published_trajectory_was_well_formed(planner) -> None:
 def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(ros_context) -> None:
     namespace = "/planner_warmup_test"
     node = f"{namespace}/wamdiff2_planner"
-    # A full-size frame at the reference's pixel budget: seconds of warm-up even on the tiny preset, so the
-    # probe is matched and frames arrive while it runs (a shorter one can end before either).
-    # The probe first: it is discovered while the node loads, so it hears the warm-up's diagnostics (one
-    # made after the node could match only once the warm-up is over on a fast machine).
+    # A full-size frame at the reference's pixel budget, so the warm-up has work to do. Whether a diagnostic
+    # published during the warm-up reaches the probe depends on how soon DDS matches the two (a warm-up can
+    # end first on a fast machine), so the warm-up's start is read from the node's log, and the reports made
+    # meanwhile are checked where they arrived; frames sent while loading or warming up are counted.
     topic = f"{node}/output/trajectory"
     outputs = {"/diagnostics": DiagnosticArray, topic: PlannedTrajectory}
     probe = Probe(ros_context, "planner_warmup_probe", outputs)
@@ -363,17 +363,16 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     finally:
         probe.close()
         output = stop_node(process)
+    assert " up on a 1920x1080 frame with detection" in output, output  # the warm-up's log line
     states = [values["model_state"] for _, values in reports()]
-    assert "warming up" in states, states
     first_ready = states.index("ready")
-    assert states.index("warming up") < first_ready and "loading" not in states[first_ready:]
+    assert "warming up" not in states[first_ready:] and "loading" not in states[first_ready:], states
     warming = [(status, values) for status, values in reports() if values["model_state"] == "warming up"]
     assert all("1920x1080 frame with detection" in status.message for status, _ in warming)
     assert all(values["frames_submitted"] == "0" for _, values in warming)  # nothing queued meanwhile
     ready = reports()[first_ready][1]
     assert "warmed up in" in ready["model"] and "last_problem.warmup" not in ready, output
-    counted = [int(values.get("frames_before_model_ready", 0)) for _, values in reports()]
-    assert counted[first_ready] > counted[states.index("warming up")]  # frames during the warm-up counted
+    assert int(ready.get("frames_before_model_ready", 0)) > 0  # frames before readiness counted, not planned
 
 
 @pytest.mark.ros
