@@ -208,11 +208,12 @@ def test_compiled_graphed_loop_matches_eager_transformers(cuda_model, tokenizer,
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
-@pytest.mark.parametrize("backend", ["sdpa", "flashinfer"])
+@pytest.mark.parametrize("backend", ["sdpa", "flashinfer", "flex"])
 def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_prompt, backend, compile):
     # FlashInfer rows read the prompt from row 0 (shared pages); row 1's logits check that sharing. Compiled,
     # the prefill's layers and the vision tower run Inductor's code (the layers for any prompt length).
-    if backend == "flashinfer":
+    # ``backend`` is the prompt's; flex (prompts only) decodes the block after it through FlashInfer.
+    if backend != "sdpa":
         pytest.importorskip("flashinfer")
     eager = BlockCache(bf16_model, 8, rows=2)
     fast = StaticBlockCache(
@@ -221,9 +222,10 @@ def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_
         2,
         planning_prompt.length,
         32,
-        backend=backend,
+        backend="flashinfer" if backend == "flex" else backend,
         decoder=LeanDecoder(bf16_model, compile=compile),
         vision=LeanVision(bf16_model, compile=compile, cuda_graph=compile),
+        prompt_backend=backend,
     )
     eager.prefill(planning_prompt)
     fast.prefill(planning_prompt)
@@ -240,13 +242,14 @@ def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
-@pytest.mark.parametrize("backend", ["sdpa", "flashinfer"])
+@pytest.mark.parametrize("backend", ["sdpa", "flashinfer", "flex"])
 def test_graphed_text_prefill_gives_the_ungraphed_bits_one_graph_per_length(
     bf16_model, tokenizer, front_image, backend, compile
 ):
     # Two prompt lengths (the ego state's digits change it), each prefilled twice with other numbers of the
     # same length: a graph per length, replays on new content, and the same K/V as without graphs.
-    if backend == "flashinfer":
+    # ``backend`` is the prompt's (flex: its block mask per length, kept for the graph).
+    if backend != "sdpa":
         pytest.importorskip("flashinfer")
     prompts = [
         build_planning_prompt(tokenizer, front_image, "left", velocity, (0.0, 0.0))
@@ -257,7 +260,16 @@ def test_graphed_text_prefill_gives_the_ungraphed_bits_one_graph_per_length(
     vision = LeanVision(bf16_model)
     caches = {
         graphs: StaticBlockCache(
-            bf16_model, 8, 2, prompts[-1].length, 32, backend, graphs, decoder=decoder, vision=vision
+            bf16_model,
+            8,
+            2,
+            prompts[-1].length,
+            32,
+            "flashinfer" if backend == "flex" else backend,
+            graphs,
+            decoder=decoder,
+            vision=vision,
+            prompt_backend=backend,
         )
         for graphs in (False, True)
     }

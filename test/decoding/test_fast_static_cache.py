@@ -51,6 +51,25 @@ def test_static_cache_logits_match_block_cache_in_both_orders(tiny_model, planni
     assert fast.written == eager.written == 2 * size
 
 
+@pytest.mark.parametrize("size", [1, 8], ids=lambda b: f"B{b}")
+def test_flex_prompt_attention_is_the_sdpa_twin(tiny_model, planning_prompt, size):
+    # FlexAttention's block mask against SDPA's boolean one: the same K/V for every prompt slot, and the
+    # same logits of a block after it (a short last group when the length is not a multiple of B).
+    caches = {
+        name: StaticBlockCache(tiny_model, size, 1, planning_prompt.length, 16, prompt_backend=name)
+        for name in ("sdpa", "flex")
+    }
+    block = _blocks(1, size, 1)[0]
+    logits = {}
+    for name, cache in caches.items():
+        cache.prefill(planning_prompt)
+        logits[name] = head_logits(tiny_model, cache.denoise(block))
+    flex, sdpa, length = caches["flex"].cache, caches["sdpa"].cache, planning_prompt.length
+    _assert_close(flex.keys[:, :, :length], sdpa.keys[:, :, :length], 1e-5)
+    _assert_close(flex.values[:, :, :length], sdpa.values[:, :, :length], 1e-5)
+    _assert_close(logits["flex"], logits["sdpa"], 1e-4)
+
+
 def test_static_cache_logits_match_the_uncached_block_causal_forward(tiny_model, planning_prompt):
     size = 4
     first, second = _blocks(1, size, 2)

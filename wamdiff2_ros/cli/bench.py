@@ -505,7 +505,7 @@ def run(args: argparse.Namespace) -> int:
     card["prompts"] = {size: p.length for size, p in zip(args.image.split(","), prompts, strict=True)}
     print(json.dumps(card))
     # Prefill of the fast path (vision tower + lean layers) beside transformers' (the eager rows' prefill).
-    backends = ["sdpa", "flashinfer"] if has_flashinfer else ["sdpa"]
+    backends = ["sdpa", "flashinfer", "flex"] if has_flashinfer else ["sdpa"]
     prefills = {p.length: speed.measure_prefills(model, p, 32, backends, repeat=args.repeat) for p in prompts}
     budgets = {"reference budget": MAX_PIXELS, "bundled budget": read_pixel_budget(default_model_dir())[1]}
     preprocessing = {}

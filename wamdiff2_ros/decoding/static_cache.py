@@ -20,7 +20,8 @@ import time
 import torch
 from transformers import Qwen3VLForConditionalGeneration
 
-from wamdiff2_ros.decoding.attention import make_attention, prompt_backend
+from wamdiff2_ros.decoding.attention import make_attention
+from wamdiff2_ros.decoding.attention import prompt_backend as choose_prompt_backend
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
@@ -52,11 +53,12 @@ class StaticBlockCache:
         rows: K candidate rows.
         max_prompt_len: longest prompt this cache takes.
         max_new_tokens: answer budget.
-        backend: attention backend name (``sdpa``, ``flashinfer`` or ``triton``; ``prompt_backend`` picks the
-            prompt's).
+        backend: the answer's attention backend (``sdpa``, ``flashinfer`` or ``triton``).
         cuda_graphs: replay one CUDA graph per forward shape instead of launching kernels (CUDA only).
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
         vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
+        prompt_backend: the prompt's attention backend (None: ``attention.prompt_backend``'s choice for
+            ``backend``).
         prompt_graphs: replay the text prefill from one CUDA graph per prompt length (None: as
             ``cuda_graphs``; the device loop captures whole steps itself but wants these).
 
@@ -75,6 +77,7 @@ class StaticBlockCache:
         cuda_graphs: bool = False,
         decoder: LeanDecoder | None = None,
         vision: LeanVision | None = None,
+        prompt_backend: str | None = None,
         prompt_graphs: bool | None = None,
     ) -> None:
         prompt_graphs = cuda_graphs if prompt_graphs is None else prompt_graphs
@@ -102,7 +105,7 @@ class StaticBlockCache:
         # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
         # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
         self.prompt_attention = make_attention(
-            prompt_backend(backend),
+            prompt_backend or choose_prompt_backend(backend, model.device.type),
             self.cache.first_row(),
             block_size,
             model.device.type == "cuda",

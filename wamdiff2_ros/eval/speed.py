@@ -266,7 +266,8 @@ def measure_prefills(
         model: the Qwen3-VL model.
         prompt: prompt tensors.
         block_size: B of the prompt's block-causal mask.
-        backends: attention backends of the lean rows (none: transformers' rows only).
+        backends: the prompt attention of the lean rows (``sdpa``, ``flashinfer``, ``flex``; none:
+            transformers' rows only).
         warmup: untimed calls (a compiled row's compile and capture are in its first).
         repeat: timed calls.
 
@@ -301,10 +302,11 @@ def measure_prefills(
                 1,
                 prompt.length,
                 block_size,
-                backend,
+                "sdpa" if backend == "flex" else backend,  # the answer's (unused here); flex: prompts only
                 fast,
                 decoder=decoders[fast],
                 vision=tower,
+                prompt_backend=backend,
             )
             suffix = " compile graph" if fast else ""
             timings[f"lean {backend}{suffix}"] = time_call(

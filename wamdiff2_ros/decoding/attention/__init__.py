@@ -1,5 +1,5 @@
 """Attention backends of the fast decoder: SDPA (CPU, fallback), FlashInfer and the split-keys Triton kernels
-(the last two lazily imported)."""
+(the last two lazily imported), and FlexAttention for prompts only."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ def resolve_backend(name: str, device: str) -> str:
     return "flashinfer" if on_cuda and importlib.util.find_spec("flashinfer") is not None else "sdpa"
 
 
-def prompt_backend(name: str) -> str:
-    """The backend of the prompt's forward: ``triton``'s kernels serve the answer's short forwards only; its
-    prompt goes through FlashInfer where installed, else SDPA."""
-    if name != "triton":
-        return name
-    return "flashinfer" if importlib.util.find_spec("flashinfer") is not None else "sdpa"
+def prompt_backend(name: str, device: str) -> str:
+    """The backend of the prompt's forward: on CUDA with a GPU backend, FlexAttention's one block-causal call
+    per layer (``flex.py``; ``triton``'s kernels serve the answer's short forwards only, and FlashInfer's
+    prompt is one request per 32-token group); ``sdpa`` stays ``sdpa`` (the twin)."""
+    on_cuda = device == "cuda" or device.startswith("cuda:")
+    return "flex" if on_cuda and name in ("flashinfer", "triton") else name
 
 
 def make_attention(
@@ -39,7 +39,8 @@ def make_attention(
     """The attention backend ``name`` over ``cache``.
 
     Args:
-        name: ``sdpa``, ``flashinfer`` or ``triton`` (answer forwards only: see ``prompt_backend``).
+        name: ``sdpa``, ``flashinfer``, ``triton`` (answer forwards only) or ``flex`` (prompts only: see
+            ``prompt_backend``).
         cache: the static KV cache the backend reads.
         block_size: B; queries attend in B-sized groups (see ``StaticKVCache`` for the visibility rule).
         use_cuda_graph: the forwards will be captured in CUDA graphs (FlashInfer needs fixed buffers).
@@ -63,4 +64,8 @@ def make_attention(
         from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
 
         return SplitKeysAttention(cache, block_size, query_heads)
+    if name == "flex":
+        from wamdiff2_ros.decoding.attention.flex import FlexPromptAttention
+
+        return FlexPromptAttention(cache, block_size)
     raise InputError(f"attention backend must be one of {BACKENDS}, got {name!r}")
