@@ -62,14 +62,17 @@ col_scale = torch.rand(1, raw.shape[-1], generator=generator) * 0.1
 qk_norm = torch.rand(heads + kv_heads, dim, generator=generator) + 0.5
 slots = torch.arange(3, 3 + length)
 cos, sin = rope_angles(slots + 7, 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), torch.float32)
-caches = [torch.zeros(rows, 12, kv_heads, dim) for _ in range(4)]
 inputs = (raw, row_scale, col_scale, qk_norm, cos, sin)
-expected = fused.reference_rope_store(*inputs, *caches[:2], slots, heads, 1e-6)
-got = fused.launch_rope_store(*inputs, *caches[2:], slots, heads, 1e-6)
-close(got, expected, "queries")
-close(caches[2], caches[0], "keys")
-close(caches[3], caches[1], "values")
-assert caches[0][:, 3:8].abs().sum() > 0 and caches[0][:, :3].abs().sum() == 0
+for group in (1, 2):  # a head per program (decode), and groups of heads (a prompt)
+    caches = [torch.zeros(rows, 12, kv_heads, dim) for _ in range(4)]
+    expected = fused.reference_rope_store(*inputs, *caches[:2], slots, heads, 1e-6)
+    got = fused.launch_rope_store(*inputs, *caches[2:], slots, heads, 1e-6, group=group)
+    close(got, expected, "queries")
+    close(caches[2], caches[0], "keys")
+    close(caches[3], caches[1], "values")
+    assert caches[0][:, 3:8].abs().sum() > 0 and caches[0][:, :3].abs().sum() == 0
+assert fused.rope_group(32, 16, 8) == 1 and fused.rope_group(2106, 16, 8) == 8
+assert fused.rope_group(2106, 4, 2) == 2
 print("ok")
 """
 

@@ -110,18 +110,32 @@ def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, b
     return q.to(FP8), scale
 
 
-def launch_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
+    """Heads per program of the rotary kernel: one at decode sizes (many programs for few tokens), else the
+    most, up to 8, that divide both head counts (a program's heads are then all of one kind)."""
+    if tokens <= 256:
+        return 1
+    group = 8
+    while heads % group or kv_heads % group:
+        group //= 2
+    return group
+
+
+def launch_rope_store(
+    raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, group: int | None = None
+):
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
     rows, length, width = raw.shape
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
+    group = group or rope_group(rows * length, heads, kv_heads)
     raw = raw.reshape(rows * length, width)
     q = torch.empty((rows, length, heads, dim), dtype=raw.dtype, device=raw.device)
-    kernels.rope_store[(rows * length, qk_heads + kv_heads)](
+    kernels.rope_store[(rows * length, (qk_heads + kv_heads) // group)](
         raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
         cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps,
-        HEADS=heads, KV_HEADS=kv_heads, D=dim, num_warps=1,
+        HEADS=heads, KV_HEADS=kv_heads, D=dim, GROUP=group, num_warps=1 if group == 1 else 4,
     )  # fmt: skip
     return q
 

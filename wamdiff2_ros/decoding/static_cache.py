@@ -105,7 +105,7 @@ class StaticBlockCache:
         # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
         # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
         self.prompt_attention = make_attention(
-            prompt_backend or choose_prompt_backend(backend, model.device.type),
+            prompt_backend or choose_prompt_backend(backend),
             self.cache.first_row(),
             block_size,
             model.device.type == "cuda",

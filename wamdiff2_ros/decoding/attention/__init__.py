@@ -25,12 +25,14 @@ def resolve_backend(name: str, device: str) -> str:
     return "flashinfer" if on_cuda and importlib.util.find_spec("flashinfer") is not None else "sdpa"
 
 
-def prompt_backend(name: str, device: str) -> str:
-    """The backend of the prompt's forward: on CUDA with a GPU backend, FlexAttention's one block-causal call
-    per layer (``flex.py``; ``triton``'s kernels serve the answer's short forwards only, and FlashInfer's
-    prompt is one request per 32-token group); ``sdpa`` stays ``sdpa`` (the twin)."""
-    on_cuda = device == "cuda" or device.startswith("cuda:")
-    return "flex" if on_cuda and name in ("flashinfer", "triton") else name
+def prompt_backend(name: str) -> str:
+    """The backend of the prompt's forward: ``triton``'s kernels serve the answer's short forwards only; its
+    prompt goes through FlashInfer where installed, else SDPA. ``flex`` (``flex.py``: one block-causal
+    FlexAttention call per layer) is chosen explicitly (``StaticBlockCache(prompt_backend=...)``, ``bench
+    prefill``) until it is measured on a GPU."""
+    if name != "triton":
+        return name
+    return "flashinfer" if importlib.util.find_spec("flashinfer") is not None else "sdpa"
 
 
 def make_attention(
