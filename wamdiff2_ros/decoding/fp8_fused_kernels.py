@@ -47,22 +47,27 @@ def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, in
 
 
 @triton.jit
-def silu_mul(raw_ptr, row_scale_ptr, col_scale_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr):
-    # One row in chunks of BLOCK, twice: the row's maximum first, then the quantised values (recomputed:
-    # the second read of a 24 KB row hits L2). One pass over a whole row in registers took 7.5 us at
-    # M = 32 and 64 us at the prompt's 2,106 rows on the H200, 4x what its bytes need.
+def silu_mul(
+    raw_ptr, row_scale_ptr, col_scale_ptr, act_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr
+):  # fmt: skip
+    # One row in chunks of BLOCK, twice: the activations (rounded as torch rounds them) to a scratch row
+    # and their maximum, then the scratch row quantised. Recomputing the activations in the second pass
+    # (the previous kernel) made the pass arithmetic-bound: 47 us for the prompt's 2,106 rows on the H200,
+    # where the bytes need ~18; one pass over a whole row in registers took 64 us there (and 7.5 us at 32).
     m = tl.program_id(0)
     row_scale = tl.load(row_scale_ptr + m)
     top = tl.zeros((BLOCK,), tl.float32)
     for first in range(0, width, BLOCK):
         cols = first + tl.arange(0, BLOCK)
-        x = activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, cols < width)
+        inside = cols < width
+        x = activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, inside)
+        tl.store(act_ptr + m * width + cols, x.to(act_ptr.dtype.element_ty), mask=inside)
         top = tl.maximum(top, tl.abs(x))
     scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
     for first in range(0, width, BLOCK):
         cols = first + tl.arange(0, BLOCK)
         inside = cols < width
-        x = activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, inside)
+        x = tl.load(act_ptr + m * width + cols, mask=inside, other=0.0).to(tl.float32)
         q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
         tl.store(q_ptr + m * width + cols, q.to(q_ptr.dtype.element_ty), mask=inside)
     tl.store(scale_ptr + m, scale)
