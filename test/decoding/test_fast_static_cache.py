@@ -96,6 +96,17 @@ def test_fast_decode_matches_eager_token_for_token(
     assert fast.forwards == eager.forwards
 
 
+def test_a_decode_with_the_flex_prompt_gives_the_sdpa_prompt_tokens(tiny_model, tokenizer, planning_prompt):
+    settings = {"block_size": 8, "steps": 4, "max_new_tokens": 16, "backend": "sdpa", "grammar": True}
+    decoders = {
+        name: FastDecoder(tiny_model, DecodeConfig(prompt_attention=name, **settings), planning_prompt.length)
+        for name in ("auto", "flex")
+    }
+    assert type(decoders["flex"].cache.prompt_attention).__name__ == "FlexPromptAttention"
+    tokens = {name: d.decode(tokenizer, planning_prompt).token_ids for name, d in decoders.items()}
+    assert tokens["flex"] == tokens["auto"]
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -139,6 +150,10 @@ def test_prompt_longer_than_the_cache_is_refused(tiny_model, planning_prompt):
         pytest.param({"cuda_graphs": True}, "cuda_graphs needs a fast backend", id="graphs-on-eager"),
         pytest.param(
             {"decoder": "ar", "block_size": 1, "backend": "sdpa"}, "block decoder only", id="ar-fast"
+        ),
+        pytest.param({"prompt_attention": "flex"}, "needs a fast backend", id="flex-on-eager"),
+        pytest.param(
+            {"prompt_attention": "xformers", "backend": "sdpa"}, "prompt_attention must be", id="unknown"
         ),
     ],
 )

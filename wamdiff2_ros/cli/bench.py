@@ -60,6 +60,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="bf16",
         help="plan, profile: the fast path's text-layer weights (default bf16)",
     )
+    parser.add_argument(
+        "--prompt-attention",
+        choices=("auto", "sdpa", "flashinfer", "flex"),
+        default="auto",
+        help="plan: the fast path's prompt attention (default auto: the attention backend's own)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     parser.add_argument("--json", help="write the card and rows to this file")
@@ -330,14 +336,16 @@ def plan_rows(
     graphs: bool,
     only: list[str] | None = None,
     weights: str = "bf16",
+    prompt_attention: str = "auto",
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, image size, DecodeConfig settings) of ``bench plan``: the node's decode settings (B32 S8,
     dynamic 0.9, 128 tokens; K = 4: candidate 0 greedy, the others at 0.7) on the fast path, grammar on and
     off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size. ``only``:
-    the rows whose name contains one of these parts; ``weights``: the fast rows' text-layer weights (named
-    at the end unless bf16)."""
+    the rows whose name contains one of these parts; ``weights`` and ``prompt_attention``: the fast rows'
+    text-layer weights and prompt attention (named at the end unless bf16 / auto)."""
     base = {"block_size": 32, "steps": 8, "threshold": 0.9, "max_new_tokens": 128, "greedy_first": True}
     fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile, "weights": weights}
+    fast_path["prompt_attention"] = prompt_attention
     rows = []
     for index, size in enumerate(sizes):
         for grammar in (True, False) if index == 0 else (True,):
@@ -347,6 +355,7 @@ def plan_rows(
                 tag = "grammar" if grammar else "free"
                 extras = (" graphs" if graphs else "") + (" compile" if compile else "")
                 extras += "" if weights == "bf16" else f" {weights}"
+                extras += "" if prompt_attention == "auto" else f" prompt-{prompt_attention}"
                 rows.append((f"{size} K{k} {tag} {fast}{extras}", size, settings))
     if suite == "full":
         for k in (1, 4):
@@ -388,7 +397,7 @@ def _plan(args: argparse.Namespace) -> int:
     graphs = device.type == "cuda"
     only = [part for part in args.only.split(",") if part]
     for name, size, settings in plan_rows(
-        args.suite, sizes, fast, not args.no_compile, graphs, only, args.weights
+        args.suite, sizes, fast, not args.no_compile, graphs, only, args.weights, args.prompt_attention
     ):
         base = base or Planner(loaded, DecodeConfig(**settings), max_pixels=MAX_PIXELS)
         planner = base.with_config(**settings)

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, WEIGHT_FORMATS
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, PROMPT_ATTENTIONS, WEIGHT_FORMATS
 
 COMMAND_CHOICES = ("left", "straight", "right", "unknown")
 PLAN_BACKENDS = (*BACKENDS, "auto")
@@ -27,6 +27,7 @@ FROM_CONFIG = {
     "decoder.cuda_graphs": "cuda_graphs",
     "decoder.compile": "compile",
     "decoder.weights": "weights",
+    "decoder.prompt_attention": "prompt_attention",
     "decoder.threshold": "threshold",
     "decoder.max_new_tokens": "max_new_tokens",
     "decoder.grammar": "grammar",
@@ -46,6 +47,7 @@ DEFAULTS = {
     "cuda_graphs": False,
     "compile": False,
     "weights": "bf16",
+    "prompt_attention": "auto",
     "threshold": 0.9,
     "max_new_tokens": 128,
     "grammar": True,
@@ -128,6 +130,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=WEIGHT_FORMATS,
         help="text-layer weights of the fast backends: bf16 (the model's own; default), fp8 (opt-in W8A8) "
         "or fp8_weight_only (opt-in W8A16)",
+    )
+    parser.add_argument(
+        "--prompt-attention",
+        choices=PROMPT_ATTENTIONS,
+        help="the prompt's attention on the fast backends: auto (the backend's own; default), sdpa, "
+        "flashinfer or flex (opt-in FlexAttention)",
     )
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="weights dtype (default fp32)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default cpu)")
@@ -226,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
             cuda_graphs=values["cuda_graphs"],
             compile=values["compile"],
             weights=values["weights"],
+            prompt_attention=values["prompt_attention"],
         )
         inputs = DrivingInputs(
             image_rgb=_read_image(args.image),

@@ -13,6 +13,8 @@ BACKENDS = ("eager", "sdpa", "flashinfer", "triton")
 # Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model), fp8 (W8A8) or
 # fp8_weight_only (W8A16): decoding/fp8.py
 WEIGHT_FORMATS = ("bf16", "fp8", "fp8_weight_only")
+# The prompt's attention on the fast path: auto is decoding.attention.prompt_backend's choice for the backend.
+PROMPT_ATTENTIONS = ("auto", "sdpa", "flashinfer", "flex")
 # Steps per block the planner uses unless told otherwise (node, `wamdiff2 plan`, closed loop). DecodeConfig
 # keeps the reference's 32; with the dynamic rule 8 caps a block at 8 forwards, and on the default model it
 # plans as well as 32 in a third fewer forwards (models/default/MODEL_CARD.md).
@@ -64,6 +66,9 @@ class DecodeConfig:
             (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
             the default until a trained model shows the quality holds (fp8 is the faster on the H200)
             (docs/DECISIONS.md).
+        prompt_attention: fast path only: the prompt's attention; ``auto`` (the backend's own, FlashInfer for
+            ``triton``), ``sdpa``, ``flashinfer`` or ``flex`` (opt-in, not yet measured on a GPU: one
+            block-causal FlexAttention call per layer; decoding/attention/flex.py).
     """
 
     decoder: str = "block"
@@ -85,6 +90,7 @@ class DecodeConfig:
     cuda_graphs: bool = False
     compile: bool = False
     weights: str = "bf16"
+    prompt_attention: str = "auto"
 
     def __post_init__(self) -> None:
         from wamdiff2_ros.decoding import commit_rules  # the registry (and torch) only once a config is made
@@ -95,6 +101,7 @@ class DecodeConfig:
             "cache_order": CACHE_ORDERS,
             "backend": BACKENDS,
             "weights": WEIGHT_FORMATS,
+            "prompt_attention": PROMPT_ATTENTIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -120,6 +127,8 @@ class DecodeConfig:
         for name in ("cuda_graphs", "compile"):
             if getattr(self, name) and self.backend == "eager":
                 raise InputError(f"{name} needs a fast backend (sdpa, flashinfer or triton), not eager")
+        if self.prompt_attention != "auto" and self.backend == "eager":
+            raise InputError(f"prompt_attention {self.prompt_attention!r} needs a fast backend, not eager")
         if self.weights != "bf16" and self.backend == "eager":
             raise InputError(
                 f"weights {self.weights!r} need a fast backend (sdpa, flashinfer or triton), not eager"

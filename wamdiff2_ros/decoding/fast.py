@@ -79,6 +79,7 @@ class FastDecoder:
             decoder=decoder or lean_decoder(model, config),
             vision=vision or lean_vision(model, config),
             prompt_graphs=config.cuda_graphs,
+            prompt_backend=None if config.prompt_attention == "auto" else config.prompt_attention,
         )
         self._steps: dict[int, tuple[TokenGrammar | None, DeviceSteps]] = {}  # by id of the grammar
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wamdiff2_ros.decoding import commit_rules
-from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, WEIGHT_FORMATS, DecodeConfig
+from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, PROMPT_ATTENTIONS, WEIGHT_FORMATS, DecodeConfig
 
 if TYPE_CHECKING:
     from rcl_interfaces.msg import ParameterDescriptor
@@ -119,6 +119,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "scales, quantised at load) or fp8_weight_only (opt-in: the same weights, bf16 activations, a "
         "Triton kernel); docs/DECISIONS.md says what their speed and accuracy are known to be.",
         choices=WEIGHT_FORMATS,
+    ),
+    Param(
+        "decoder.prompt_attention",
+        _DECODE.prompt_attention,
+        "The prompt's attention on the fast backends: auto (the backend's own; FlashInfer for triton), "
+        "sdpa, flashinfer or flex (opt-in, not yet measured on a GPU: one block-causal FlexAttention call "
+        "per layer).",
+        choices=PROMPT_ATTENTIONS,
     ),
     Param(
         "decoder.threshold", _DECODE.threshold, "Confidence threshold of low_confidence_dynamic.", 0.01, 1.0

@@ -194,6 +194,7 @@ class PlannerNode(Node):
             cuda_graphs=p["decoder.cuda_graphs"],
             compile=p["decoder.compile"],
             weights=p["decoder.weights"],
+            prompt_attention=p["decoder.prompt_attention"],
         )
 
     def _load_model(self) -> None:
