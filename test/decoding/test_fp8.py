@@ -3,12 +3,9 @@ twin, and the lean forward and fast decode with ``weights="fp8"`` (``test_fast_g
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from wamdiff2_ros.decoding import fp8, fp8_kernel
 from wamdiff2_ros.decoding.config import DecodeConfig
@@ -110,14 +107,7 @@ for rows, columns, depth in ((5, 48, 64), (32, 96, 256), (70, 40, 200)):  # ragg
 
 
 def test_the_w8a16_triton_kernel_under_the_interpreter_is_its_twin():
-    # Under Triton's interpreter (requirements/dev.txt; skipped where Triton is absent), in a process of its
-    # own since Triton reads TRITON_INTERPRET when it is imported, on CPU tensors.
-    pytest.importorskip("triton")
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED_TWIN], env=environment, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_interpreted(INTERPRETED_TWIN)
 
 
 def test_the_w8a16_launch_is_the_sweeps_winner_for_2b_shapes_and_a_default_elsewhere():

@@ -7,12 +7,8 @@ forward against the unfused ``fp8`` one (``fused=False``), which quantises and s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import pytest
 import torch
+from interpreted import run_interpreted
 
 from wamdiff2_ros.decoding import fp8_fused
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
@@ -78,13 +74,7 @@ print("ok")
 
 
 def test_the_fused_kernels_under_the_interpreter_are_their_twins():
-    # A process of its own: Triton reads TRITON_INTERPRET when it is imported (requirements/dev.txt).
-    pytest.importorskip("triton")
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", KERNEL_TWINS], env=environment, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_interpreted(KERNEL_TWINS)
 
 
 def _logits(model, prompt, decoder: LeanDecoder) -> tuple[torch.Tensor, torch.Tensor]:

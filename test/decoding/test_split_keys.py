@@ -7,11 +7,8 @@ absent). On a GPU, test_fast_gpu.py checks the compiled kernels against SDPA at 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from interpreted import run_interpreted
 
 from wamdiff2_ros.decoding.attention import make_attention, prompt_backend
 from wamdiff2_ros.errors import InputError
@@ -60,10 +57,7 @@ print("ok")
 
 
 def test_split_keys_kernels_under_the_interpreter_are_the_sdpa_twin():
-    pytest.importorskip("triton")
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", TWIN], env=environment, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_interpreted(TWIN)
 
 
 def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel():
