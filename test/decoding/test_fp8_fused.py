@@ -88,6 +88,52 @@ def _logits(model, prompt, decoder: LeanDecoder) -> tuple[torch.Tensor, torch.Te
     return logits, cache.cache.keys[:, 0, : prompt.length + 16].clone()
 
 
+QUANTIZED_ATTENTION = """
+import numpy as np
+import torch
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.static_cache import StaticBlockCache
+from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.forward import head_logits
+from wamdiff2_ros.model.prompt import build_planning_prompt
+from wamdiff2_ros.model.tokenizer import MASK_ID, load_tokenizer
+
+model = build_model("tiny", seed=0)
+frame = np.random.default_rng(0).integers(0, 256, size=(96, 128, 3), dtype=np.uint8)
+prompt = build_planning_prompt(load_tokenizer(), frame, "right", (4.66, -0.09), (0.17, -1.53))
+decoder = LeanDecoder(model, weights="fp8")
+
+
+class Unquantized:  # the split-keys backend without its quantising merge
+    def __init__(self, attention):
+        self.attention = attention
+
+    def __getattr__(self, name):
+        if name == "attend_quantized":
+            raise AttributeError(name)
+        return getattr(self.attention, name)
+
+
+logits = []
+for hide in (False, True):
+    cache = StaticBlockCache(model, 8, 2, prompt.length, 16, backend="triton", decoder=decoder)
+    if hide:
+        cache.attention = Unquantized(cache.attention)
+    assert decoder.fused and hasattr(cache.attention, "attend_quantized") != hide
+    cache.prefill(prompt)
+    block = torch.full((2, 8), MASK_ID)
+    block[:, 0] = 198
+    logits.append(head_logits(model, cache.denoise(block)))
+assert torch.allclose(logits[0], logits[1], rtol=0, atol=1e-6), (logits[0] - logits[1]).abs().max()
+print("ok")
+"""
+
+
+def test_the_fused_forward_takes_the_attention_output_quantised_by_the_split_keys_merge():
+    # The quantising merge against the plain merge + quant_rows, on the interpreted kernels (fp32).
+    run_interpreted(QUANTIZED_ATTENTION)
+
+
 def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -> None:
     fused = LeanDecoder(tiny_model, weights="fp8")
     assert fused.fused and fused._between is fp8_fused.between

@@ -203,10 +203,14 @@ class LeanDecoder:
             self.heads,
             self.eps,
         )
+        # The fused FP8 layers take the attention output quantised, where the backend's kernel can do it.
+        attend = attention.attend
+        if self.fused and hasattr(attention, "attend_quantized"):
+            attend = attention.attend_quantized
         for index in range(1, self.num_layers):
             x, q = self._between(
                 x,
-                attention.attend(index - 1, q),
+                attend(index - 1, q),
                 layers[index - 1].second_half,
                 layers[index].first_half,
                 cos,
@@ -217,9 +221,7 @@ class LeanDecoder:
                 self.heads,
                 self.eps,
             )
-        return self._end(
-            x, attention.attend(self.num_layers - 1, q), layers[-1].second_half, self.final_norm, self.eps
-        )
+        return self._end(x, attend(self.num_layers - 1, q), layers[-1].second_half, self.final_norm, self.eps)
 
     @torch.no_grad()
     def prefill(

@@ -40,10 +40,12 @@ def _warps(block: int) -> int:
     return min(16, max(4, block // 512))
 
 
-def _fp8_rows(m: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    # A kernel's FP8 output and its scales. Under the interpreter the kernel stores fp32 and torch casts:
-    # Triton 3.8's interpreter rounds e4m3 wrongly where the rounding carries into the exponent (124.3 ->
-    # 64, not 128); a GPU converts in hardware.
+def fp8_rows(m: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A kernel's FP8 output (m, width) and its (m, 1) scales, to be cast with ``.to(FP8)`` after it.
+
+    Under the interpreter the kernel stores fp32 and torch casts: Triton 3.8's interpreter rounds e4m3
+    wrongly where the rounding carries into the exponent (124.3 -> 64, not 128); a GPU converts in hardware.
+    """
     dtype = torch.float32 if os.environ.get("TRITON_INTERPRET") == "1" else FP8
     return torch.empty((m, width), dtype=dtype, device=device), torch.empty((m, 1), device=device)
 
@@ -82,7 +84,7 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
 
     m, width = x.shape
     block = triton.next_power_of_2(width)
-    q, scale = _fp8_rows(m, width, x.device)
+    q, scale = fp8_rows(m, width, x.device)
     x_out = torch.empty_like(x) if add else x
     raw = raw if add else x
     kernels.rows[(m,)](
@@ -104,7 +106,7 @@ def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, b
 
     m, width = raw.shape[0], raw.shape[1] // 2
     warps = warps or (16 if m <= 256 else 8)
-    q, scale = _fp8_rows(m, width, raw.device)
+    q, scale = fp8_rows(m, width, raw.device)
     activations = torch.empty((m, width), dtype=raw.dtype, device=raw.device)  # the kernel's scratch
     kernels.silu_mul[(m,)](
         raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps
@@ -254,9 +256,13 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
 
 def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch.Tensor, Pending]:
     """``lean_layers.layer_output`` on FP8 weights -> (hidden states after attention, the MLP's pending
-    down product)."""
+    down product). ``attended``: the attention output (K, n, Hq D), or already quantised by the attention
+    kernel (``SplitKeysAttention.attend_quantized``: e4m3 (K n, Hq D) and its row scales)."""
     rows, length, hidden = x.shape
-    a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
+    if isinstance(attended, tuple):
+        a8, a_scale = attended
+    else:
+        a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
     )

@@ -128,7 +128,47 @@ def _kernels():
                 merged.to(out_ptr.dtype.element_ty),
             )
 
-    return partial, merge
+    @triton.jit
+    def merge_quant(
+        parts_ptr, lse_ptr, out_ptr, q8_ptr, scale_ptr, n, tiles_per_row, chunks,
+        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
+        CHUNKS: tl.constexpr,
+    ):  # fmt: skip
+        # One program per query, all its heads: each head merged as ``merge`` merges it (rounded to the
+        # output dtype, stored), then the query's row of Hq x D quantised to e4m3 with one scale, as
+        # ``fp8.quantize_rows`` quantises the merged output: the fused FP8 layers' attention input, with
+        # no kernel of its own.
+        flat = tl.program_id(0)  # row * n + query
+        group: tl.constexpr = QUERY_HEADS // KV_HEADS
+        rows: tl.constexpr = QUERIES * group
+        row, query = flat // n, flat % n
+        tile = row * tiles_per_row + query // QUERIES
+        chunk = tl.arange(0, CHUNKS)
+        dims = tl.arange(0, D)
+        dtype = out_ptr.dtype.element_ty
+        top = tl.zeros((D,), tl.float32)
+        for query_head in tl.static_range(QUERY_HEADS):
+            head = query_head // group
+            packed = (query % QUERIES) * group + query_head % group
+            part = ((tile * KV_HEADS + head) * chunks + chunk) * rows + packed
+            lse = tl.load(lse_ptr + part, mask=chunk < chunks, other=float("-inf"))
+            best = tl.max(lse, axis=0)
+            weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
+            values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=(chunk < chunks)[:, None])
+            total = tl.sum(weights, axis=0)
+            merged = tl.sum(weights[:, None] * values.to(tl.float32), axis=0)
+            merged = (merged / tl.where(total > 0, total, 1.0)).to(dtype)
+            tl.store(out_ptr + (flat * QUERY_HEADS + query_head) * D + dims, merged)
+            top = tl.maximum(top, tl.abs(merged.to(tl.float32)))
+        scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
+        for query_head in tl.static_range(QUERY_HEADS):
+            offsets = (flat * QUERY_HEADS + query_head) * D + dims
+            x = tl.load(out_ptr + offsets).to(tl.float32)
+            q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
+            tl.store(q8_ptr + offsets, q.to(q8_ptr.dtype.element_ty))
+        tl.store(scale_ptr + flat, scale)
+
+    return partial, merge, merge_quant
 
 
 class SplitKeysAttention:
@@ -201,23 +241,52 @@ class SplitKeysAttention:
         """Device side, inside the graph: the forward's first slot into the kernels' bounds."""
         self.bounds[0].copy_(start)
 
-    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
-        partial, merge = _kernels()
+    def _partials(self, layer: int, q: torch.Tensor) -> int:
+        # The partial kernel into the active buffers -> query tiles per row.
+        partial = _kernels()[0]
         rows, length = q.shape[:2]
-        q = q.contiguous()
-        out = torch.empty_like(q)
-        parts, lse = self.active
         tiles_per_row = -(-length // self.queries)
-        shape = {"QUERY_HEADS": self.query_heads, "KV_HEADS": self.kv_heads, "D": self.head_dim}
+        parts, lse = self.active
         partial[(self.chunks, self.kv_heads, rows * tiles_per_row)](
             q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
-            length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **shape,
+            length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **self._shape,
             BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
             INTERPRETED=self.interpreted, num_warps=self.warps,
         )  # fmt: skip
-        merge[(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
-            parts, lse, out, length, tiles_per_row, self.chunks, **shape, QUERIES=self.queries,
+        return tiles_per_row
+
+    @property
+    def _shape(self) -> dict[str, int]:
+        return {"QUERY_HEADS": self.query_heads, "KV_HEADS": self.kv_heads, "D": self.head_dim}
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """(K, n, Hq, D) queries over layer ``layer``'s cache -> (K, n, Hq * D)."""
+        rows, length = q.shape[:2]
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        tiles_per_row = self._partials(layer, q)
+        parts, lse = self.active
+        _kernels()[1][(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
+            parts, lse, out, length, tiles_per_row, self.chunks, **self._shape, QUERIES=self.queries,
             CHUNKS=self.chunks_padded,
         )  # fmt: skip
         return out.view(rows, length, -1)
+
+    def attend_quantized(self, layer: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``attend``, its output quantised row by row for the fused FP8 layers in the same kernel:
+        (K, n, Hq, D) queries -> (e4m3 (K n, Hq D), fp32 scales (K n, 1)), ``fp8.quantize_rows`` of
+        ``attend``'s output."""
+        from wamdiff2_ros.decoding.fp8 import FP8
+        from wamdiff2_ros.decoding.fp8_fused import fp8_rows
+
+        rows, length, heads, dim = q.shape
+        q = q.contiguous()
+        out = torch.empty_like(q)  # the merged bf16 rows (the quantising pass reads them back)
+        q8, scale = fp8_rows(rows * length, heads * dim, q.device)
+        tiles_per_row = self._partials(layer, q)
+        parts, lse = self.active
+        _kernels()[2][(rows * length,)](
+            parts, lse, out, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
+            QUERIES=self.queries, CHUNKS=self.chunks_padded,
+        )  # fmt: skip
+        return q8.to(FP8), scale
