@@ -10,14 +10,16 @@ other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
-FlashInfer's backend, with the error against SDPA. fused_fp8: the fused W8A8 layer's kernels at
+FlashInfer's backend, with the error against SDPA. merge_quant: the split-keys output then its FP8
+quantisation, against the merge kernel that quantises. fused_fp8: the fused W8A8 layer's kernels at
 M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products. vision_attention: the 1080p
 tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each
 number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
 (attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,split_keys,fused_fp8,vision_attention] (the parts to run; default the first three).
+[gemm,fp8,attention,w8a16,split_keys,merge_quant,fused_fp8,vision_attention] (the parts to run; default
+the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -337,6 +339,44 @@ def split_keys() -> dict[str, dict[str, float]]:
     return results
 
 
+def merge_quant() -> dict[str, dict[str, float]]:
+    """The fused FP8 layers' attention output: the split-keys kernels then ``quant_rows``, against the
+    merge kernel that quantises (``attend_quantized``), us per layer over 28 layers in one graph."""
+    from wamdiff2_ros.decoding import fp8_fused
+    from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    prompt = 2106
+    results = {}
+    for rows in (1, 8):
+        cache = StaticKVCache.allocate(LAYERS, rows, MAX_LEN, KV_HEADS, HEAD_DIM, torch.bfloat16, DEVICE)
+        cache.keys.normal_()
+        cache.values.normal_()
+        attention = SplitKeysAttention(cache, 32, QUERY_HEADS)
+        for length in (32, 64):
+            start = prompt + 64
+            q = torch.randn(rows, length, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
+            attention.plan(start, length, prompt)
+            slot = torch.tensor(start, device=DEVICE)
+            variants = {
+                "attend": attention.attend,
+                "attend + quant_rows": lambda layer, q, attention=attention: fp8_fused.quant_rows(
+                    attention.attend(layer, q).reshape(-1, QUERY_HEADS * HEAD_DIM)
+                ),
+                "attend_quantized": attention.attend_quantized,
+            }
+            for name, attend in variants.items():
+
+                def layers(attend=attend, slot=slot, q=q, length=length, attention=attention) -> None:
+                    attention.prepare(slot, length)
+                    for layer in range(LAYERS):
+                        attend(layer, q)
+
+                results[f"K{rows} n{length} {name}"] = {"us_per_layer": graph_ms(layers) * 1000 / LAYERS}
+                print(rows, length, name, results[f"K{rows} n{length} {name}"], flush=True)
+    return results
+
+
 def fused_fp8() -> dict[str, dict[str, float]]:
     """The fused W8A8 layer's own kernels (decoding/fp8_fused.py) at the 2b shape, us per call (20 in a
     graph), SiLU's at chunks of 1,024 / 2,048 / 8,192 and 4 / 8 / 16 warps; beside them the FP8 products
@@ -371,6 +411,9 @@ def _fused_fp8_calls(rows: int) -> dict[str, Callable[[], object]]:
         "quant_rows": lambda: fused.quant_rows(x),
         "rope_store": lambda: fused.rope_store(
             qkv, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, 16, 1e-6
+        ),
+        "rope_store one head a program": lambda: fused.launch_rope_store(
+            qkv, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, 16, 1e-6, group=1
         ),
         **{
             f"silu_mul_quant block {block} {warps} warps": lambda w=warps, b=block: (
@@ -442,6 +485,7 @@ if __name__ == "__main__":
         "w8a16": w8a16,
         "split_keys": split_keys,
         "fused_fp8": fused_fp8,
+        "merge_quant": merge_quant,
         "vision_attention": vision_attention,
     }
     report = {part: probes[part]() for part in parts}
