@@ -27,12 +27,15 @@ _compiled_flex: Any = None
 
 
 def _kernel(device: torch.device) -> Any:
-    # One compiled FlexAttention for the process (Inductor specialises it per shape and mask).
+    # One compiled FlexAttention for the process, specialised per prompt length (``compiled`` raises the
+    # recompile limit: past Dynamo's default of 8 lengths it would fall back to the unfused eager path).
     global _compiled_flex
     if device.type != "cuda":
         return flex_attention
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+        from wamdiff2_ros.decoding.fast_model import compiled
+
+        _compiled_flex = compiled(flex_attention)
     return _compiled_flex
 
 
