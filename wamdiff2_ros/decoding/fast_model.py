@@ -205,7 +205,7 @@ class LeanDecoder:
         )
         # The fused FP8 layers take the attention output quantised, where the backend's kernel can do it.
         attend = attention.attend
-        if self.fused and hasattr(attention, "attend_quantized"):
+        if self.fused and getattr(attention, "quantizes_output", False):
             attend = attention.attend_quantized
         for index in range(1, self.num_layers):
             x, q = self._between(

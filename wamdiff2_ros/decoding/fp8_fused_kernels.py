@@ -64,6 +64,7 @@ def silu_mul(
         tl.store(act_ptr + m * width + cols, x.to(act_ptr.dtype.element_ty), mask=inside)
         top = tl.maximum(top, tl.abs(x))
     scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
+    tl.debug_barrier()  # the scratch row's stores before its loads, whichever thread holds an element
     for first in range(0, width, BLOCK):
         cols = first + tl.arange(0, BLOCK)
         inside = cols < width

@@ -21,3 +21,6 @@ class Attention(Protocol):
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """(K, n, Hq, D) queries over the cache of ``layer`` -> (K, n, Hq * D)."""
+
+    # Optional: a backend with ``quantizes_output`` True also has ``attend_quantized(layer, q)`` -> (e4m3
+    # (K n, Hq D), fp32 row scales (K n, 1)), which the fused FP8 layers take instead (split_keys.py).

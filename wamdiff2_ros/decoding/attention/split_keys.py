@@ -131,43 +131,41 @@ def _kernels():
 
     @triton.jit
     def merge_quant(
-        parts_ptr, lse_ptr, out_ptr, q8_ptr, scale_ptr, n, tiles_per_row, chunks,
+        parts_ptr, lse_ptr, q8_ptr, scale_ptr, n, tiles_per_row, chunks,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
-        CHUNKS: tl.constexpr,
+        CHUNKS: tl.constexpr, OUT_DTYPE: tl.constexpr,
     ):  # fmt: skip
-        # One program per query, all its heads: each head merged as ``merge`` merges it (rounded to the
-        # output dtype, stored), then the query's row of Hq x D quantised to e4m3 with one scale, as
-        # ``fp8.quantize_rows`` quantises the merged output: the fused FP8 layers' attention input, with
-        # no kernel of its own.
+        # One program per query, all its heads as one (Hq, D) tile in registers: each head merged as
+        # ``merge`` merges it and rounded to the attention's output dtype, then the row quantised to e4m3
+        # with one scale, as ``fp8.quantize_rows`` quantises ``attend``'s output: the fused FP8 layers'
+        # attention input with no kernel of its own (and no round trip through memory).
         flat = tl.program_id(0)  # row * n + query
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
         row, query = flat // n, flat % n
         tile = row * tiles_per_row + query // QUERIES
+        heads = tl.arange(0, QUERY_HEADS)
+        packed = (query % QUERIES) * group + heads % group
+        base = (tile * KV_HEADS + heads // group) * chunks  # (Hq,) first partial of each head
         chunk = tl.arange(0, CHUNKS)
+        inside = (chunk < chunks)[None, :]
+        offsets = (base[:, None] + chunk[None, :]) * rows + packed[:, None]
+        lse = tl.load(lse_ptr + offsets, mask=inside, other=float("-inf"))  # (Hq, CHUNKS)
+        best = tl.max(lse, axis=1)
+        best = tl.where(best == float("-inf"), 0.0, best)
+        total = tl.sum(tl.exp(lse - best[:, None]), axis=1)
         dims = tl.arange(0, D)
-        dtype = out_ptr.dtype.element_ty
-        top = tl.zeros((D,), tl.float32)
-        for query_head in tl.static_range(QUERY_HEADS):
-            head = query_head // group
-            packed = (query % QUERIES) * group + query_head % group
-            part = ((tile * KV_HEADS + head) * chunks + chunk) * rows + packed
-            lse = tl.load(lse_ptr + part, mask=chunk < chunks, other=float("-inf"))
-            best = tl.max(lse, axis=0)
-            weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
-            inside = (chunk < chunks)[:, None]  # padding chunks read 0 (their weight is 0: no 0 * NaN)
-            values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=inside, other=0.0)
-            total = tl.sum(weights, axis=0)
-            merged = tl.sum(weights[:, None] * values.to(tl.float32), axis=0)
-            merged = (merged / tl.where(total > 0, total, 1.0)).to(dtype)
-            tl.store(out_ptr + (flat * QUERY_HEADS + query_head) * D + dims, merged)
-            top = tl.maximum(top, tl.abs(merged.to(tl.float32)))
-        scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
-        for query_head in tl.static_range(QUERY_HEADS):
-            offsets = (flat * QUERY_HEADS + query_head) * D + dims
-            x = tl.load(out_ptr + offsets).to(tl.float32)
-            q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
-            tl.store(q8_ptr + offsets, q.to(q8_ptr.dtype.element_ty))
+        merged = tl.zeros((QUERY_HEADS, D), tl.float32)
+        for index in range(0, chunks):
+            part = (base + index) * rows + packed  # (Hq,)
+            weight = tl.exp(tl.load(lse_ptr + part) - best)
+            values = tl.load(parts_ptr + part[:, None] * D + dims[None, :]).to(tl.float32)
+            merged += weight[:, None] * values
+        merged = (merged / tl.where(total > 0, total, 1.0)[:, None]).to(OUT_DTYPE).to(tl.float32)
+        scale = tl.maximum(tl.math.div_rn(tl.max(tl.max(tl.abs(merged), axis=1), axis=0), 448.0), 1e-12)
+        q = tl.minimum(tl.maximum(tl.math.div_rn(merged, scale), -448.0), 448.0)
+        offsets = (flat * QUERY_HEADS + heads)[:, None] * D + dims[None, :]
+        tl.store(q8_ptr + offsets, q.to(q8_ptr.dtype.element_ty))
         tl.store(scale_ptr + flat, scale)
 
     return partial, merge, merge_quant
@@ -218,6 +216,8 @@ class SplitKeysAttention:
         self.queries = PACKED_ROWS // group  # queries per tile
         self.packed_rows = self.queries * group  # rows of a tile: its queries x their grouped heads
         self.chunk, self.keys_per_step, self.warps, self.partials = chunk, keys_per_step, warps, partials
+        # attend_quantized holds a query's heads as one tile: a power of two of them (16 in every preset)
+        self.quantizes_output = (query_heads & (query_heads - 1)) == 0
         self.chunks = -(-cache.max_len // chunk)
         self.chunks_padded = triton.next_power_of_2(self.chunks)  # the merge loads all chunks at once
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
@@ -278,17 +278,19 @@ class SplitKeysAttention:
         """``attend``, its output quantised row by row for the fused FP8 layers in the same kernel:
         (K, n, Hq, D) queries -> (e4m3 (K n, Hq D), fp32 scales (K n, 1)), ``fp8.quantize_rows`` of
         ``attend``'s output."""
+        import triton.language as tl
+
         from wamdiff2_ros.decoding.fp8 import FP8
         from wamdiff2_ros.decoding.fp8_fused import fp8_rows
 
         rows, length, heads, dim = q.shape
         q = q.contiguous()
-        out = torch.empty_like(q)  # the merged bf16 rows (the quantising pass reads them back)
         q8, scale = fp8_rows(rows * length, heads * dim, q.device)
         tiles_per_row = self._partials(layer, q)
         parts, lse = self.active
+        out_dtype = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
         _kernels()[2][(rows * length,)](
-            parts, lse, out, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
-            QUERIES=self.queries, CHUNKS=self.chunks_padded,
+            parts, lse, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
+            QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype],
         )  # fmt: skip
         return q8.to(FP8), scale
