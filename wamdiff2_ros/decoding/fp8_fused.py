@@ -134,6 +134,8 @@ def launch_rope_store(
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
     group = group or rope_group(rows * length, heads, kv_heads)
+    if heads % group or kv_heads % group:
+        raise ValueError(f"{group} heads a program do not divide {heads} query and {kv_heads} KV heads")
     raw = raw.reshape(rows * length, width)
     q = torch.empty((rows, length, heads, dim), dtype=raw.dtype, device=raw.device)
     kernels.rope_store[(rows * length, (qk_heads + kv_heads) // group)](

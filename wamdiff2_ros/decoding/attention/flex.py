@@ -5,7 +5,7 @@ A prompt of P tokens attends in B-sized groups from slot 0: query i sees the key
 requests at 1080p; its FA2 kernel took 3.1 ms of the 16.7 ms text prefill on the H200). FlexAttention takes
 the rule as a mask function and compiles it into one Triton kernel over the contiguous row-0 K/V, skipping
 the tiles above the diagonal. The block mask is built on the host per prompt length (``plan``, outside any
-CUDA graph) and kept, so a captured prefill replays with its own. On CUDA the kernel is compiled per length;
+CUDA graph) and kept, so a captured prefill replays with its own. On CUDA one kernel is compiled for any length;
 elsewhere FlexAttention's eager twin runs (the CPU tests check it against SDPA). Not yet run on a GPU, so
 it is chosen explicitly (``StaticBlockCache(prompt_backend="flex")``, a ``bench prefill`` row); predicted
 at 1080p: ~1.5 ms for the 27 layers' ~0.5 TFLOP at ~300 TFLOP/s, against FA2's 3.1 ms.
@@ -13,6 +13,7 @@ at 1080p: ~1.5 ms for the 27 layers' ~0.5 TFLOP at ~300 TFLOP/s, against FA2's 3
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,25 +28,30 @@ _compiled_flex: Any = None
 
 
 def _kernel(device: torch.device) -> Any:
-    # One compiled FlexAttention for the process, specialised per prompt length (``compiled`` raises the
-    # recompile limit: past Dynamo's default of 8 lengths it would fall back to the unfused eager path).
+    # One compiled FlexAttention for the process, for any prompt length (dynamic: a new length would
+    # otherwise compile for seconds, and past the recompile limit fall back to the unfused eager path).
     global _compiled_flex
     if device.type != "cuda":
         return flex_attention
     if _compiled_flex is None:
         from wamdiff2_ros.decoding.fast_model import compiled
 
-        _compiled_flex = compiled(flex_attention)
+        _compiled_flex = compiled(flex_attention, dynamic=True)
     return _compiled_flex
+
+
+@functools.cache
+def _visible(block_size: int):
+    # One mask function per block size: a new closure per length would be a new guard for Dynamo.
+    def visible(batch, head, query, key):
+        return key // block_size <= query // block_size
+
+    return visible
 
 
 def block_causal_mask(block_size: int, length: int, device: torch.device) -> Any:
     """FlexAttention's block mask of ``length`` queries over ``length`` keys in ``block_size`` groups."""
-
-    def visible(batch, head, query, key):
-        return key // block_size <= query // block_size
-
-    return create_block_mask(visible, None, None, length, length, device=device)
+    return create_block_mask(_visible(block_size), None, None, length, length, device=device)
 
 
 class FlexPromptAttention:

@@ -291,6 +291,6 @@ class SplitKeysAttention:
         out_dtype = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
         _kernels()[2][(rows * length,)](
             parts, lse, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
-            QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype],
+            QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype], num_warps=8,
         )  # fmt: skip
         return q8.to(FP8), scale
