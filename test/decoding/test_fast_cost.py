@@ -60,13 +60,15 @@ def test_the_compile_suite_times_the_headline_with_and_without_compile():
     ]
     assert dict(rows)[names[2]] == {**dict(rows)[names[1]], "weights": "fp8"}
     assert dict(rows)[names[3]] == {**dict(rows)[names[1]], "weights": "fp8_weight_only"}
-    assert names[4:7] == [
+    assert names[4:8] == [
         "B32 S8 triton graphs fused compile",
         "B32 S8 triton graphs fused compile fp8",
         "B32 S8 K8 triton graphs fused compile",
+        "B32 S8 K8 triton graphs fused compile fp8",  # issue 19's K = 8 row on the fused FP8 layers
     ]
     assert dict(rows)[names[4]] == {**dict(rows)[names[1]], "backend": "triton"}
     assert dict(rows)[names[5]] == {**dict(rows)[names[2]], "backend": "triton"}
+    assert dict(rows)[names[7]] == {**dict(rows)[names[5]], "candidates": 8}
 
 
 def test_rows_serialise_with_derived_columns(tmp_path):

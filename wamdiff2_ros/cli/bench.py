@@ -152,6 +152,10 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
                     "B32 S8 K8 triton graphs fused compile",
                     {**best, "steps": 8, "candidates": 8, "compile": True, "backend": "triton"},
                 ),
+                (
+                    "B32 S8 K8 triton graphs fused compile fp8",
+                    {**fp8, "candidates": 8, "backend": "triton"},
+                ),
             ]
             if flashinfer
             else []
@@ -171,7 +175,7 @@ def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[
         return _keep(
             [
                 headline,
-                *compiled[: 8 if flashinfer else 5],
+                *compiled[: 9 if flashinfer else 5],
                 (f"B32 S8 K8 {fast} graphs fused", {**best, "steps": 8, "candidates": 8}),
                 *compiled[8 if flashinfer else 5 :],
             ],
