@@ -28,8 +28,8 @@ def resolve_backend(name: str, device: str) -> str:
 def prompt_backend(name: str) -> str:
     """The backend of the prompt's forward: ``triton``'s kernels serve the answer's short forwards only; its
     prompt goes through FlashInfer where installed, else SDPA. ``flex`` (``flex.py``: one block-causal
-    FlexAttention call per layer) is chosen explicitly (``StaticBlockCache(prompt_backend=...)``, ``bench
-    prefill``) until it is measured on a GPU."""
+    FlexAttention call per layer) is chosen explicitly (``decoder.prompt_attention``, ``bench prefill``'s
+    rows) until it is measured on a GPU."""
     if name != "triton":
         return name
     return "flashinfer" if importlib.util.find_spec("flashinfer") is not None else "sdpa"
