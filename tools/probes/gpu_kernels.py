@@ -287,6 +287,16 @@ def w8a16() -> dict[str, object]:
     return results
 
 
+def _random_cache(rows: int):
+    # The 2b shape's static cache of ``rows`` rows, every slot random.
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    cache = StaticKVCache.allocate(LAYERS, rows, MAX_LEN, KV_HEADS, HEAD_DIM, torch.bfloat16, DEVICE)
+    cache.keys.normal_()
+    cache.values.normal_()
+    return cache
+
+
 def split_keys() -> dict[str, dict[str, float]]:
     """The answer forward's attention as the decoder runs it: the split-keys kernels (``triton``) against
     FlashInfer's backend (FA2 for one row, FA3 for K), us per layer over 28 layers in one graph."""
@@ -298,9 +308,7 @@ def split_keys() -> dict[str, dict[str, float]]:
     prompt = 2106
     results = {}
     for rows in (1, 8):
-        cache = StaticKVCache.allocate(LAYERS, rows, MAX_LEN, KV_HEADS, HEAD_DIM, torch.bfloat16, DEVICE)
-        cache.keys.normal_()
-        cache.values.normal_()
+        cache = _random_cache(rows)
         twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
         twin.share_prompt(prompt)
         for length in (32, 64):
@@ -344,15 +352,11 @@ def merge_quant() -> dict[str, dict[str, float]]:
     merge kernel that quantises (``attend_quantized``), us per layer over 28 layers in one graph."""
     from wamdiff2_ros.decoding import fp8_fused
     from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
-    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
     prompt = 2106
     results = {}
     for rows in (1, 8):
-        cache = StaticKVCache.allocate(LAYERS, rows, MAX_LEN, KV_HEADS, HEAD_DIM, torch.bfloat16, DEVICE)
-        cache.keys.normal_()
-        cache.values.normal_()
-        attention = SplitKeysAttention(cache, 32, QUERY_HEADS)
+        attention = SplitKeysAttention(_random_cache(rows), 32, QUERY_HEADS)
         for length in (32, 64):
             start = prompt + 64
             q = torch.randn(rows, length, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
