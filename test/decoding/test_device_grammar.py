@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
@@ -120,3 +121,43 @@ def test_a_token_outside_the_grammar_leaves_it(grammars, tokenizer):
     assert not device.feasible(
         torch.tensor([host.start_state]), tokens, torch.zeros(1, 4, dtype=torch.bool), 4, 64
     )[0]
+
+
+# The Triton kernel (``device_grammar_kernels.block_sets``, CUDA's ``allowed`` and ``feasible``) against the
+# torch twin on random blocks (committed ids inside and outside the grammar, any states, several budgets).
+KERNEL_TWIN = """
+import torch
+from wamdiff2_ros.decoding.config import DecodeConfig
+from wamdiff2_ros.decoding.device_grammar import DeviceGrammar, launch_block_sets
+from wamdiff2_ros.decoding.engine import detection_grammar, planning_grammar
+from wamdiff2_ros.model.tokenizer import MASK_ID, load_tokenizer
+
+tokenizer = load_tokenizer()
+generator = torch.Generator().manual_seed(0)
+outside = tokenizer.convert_tokens_to_ids("hello")
+hosts = [
+    planning_grammar(tokenizer, DecodeConfig(min_int_digits=2, max_new_tokens=128)),
+    detection_grammar(tokenizer, DecodeConfig(max_new_tokens=256), ("car", "truck")),
+]
+seen = 0
+for host in hosts:
+    device = DeviceGrammar(host, "cpu", MASK_ID)
+    ids = torch.cat([host.token_ids, torch.tensor([outside])])
+    for share in (0.9, 0.5):
+        tokens = ids[torch.randint(0, len(ids), (3, 16), generator=generator)]
+        masked = torch.rand(3, 16, generator=generator) < share
+        states = torch.randint(0, host.num_states + 1, (3,), generator=generator)
+        states[0] = host.start_state
+        for limit, after in ((16, 96), (9, 0)):
+            inputs = device._kernel_inputs(states, tokens, masked, limit, after)
+            allowed, feasible = launch_block_sets(*inputs, True)[0], launch_block_sets(*inputs, False)[1]
+            assert torch.equal(allowed, device.reference_allowed(states, tokens, masked, limit, after))
+            assert torch.equal(feasible, device.reference_feasible(states, tokens, masked, limit, after))
+            seen += int(allowed.any()) + int(feasible.any())
+assert seen >= 6, seen  # the blocks were not all dead ends
+print("ok")
+"""
+
+
+def test_the_grammar_kernel_under_the_interpreter_is_the_torch_twin():
+    run_interpreted(KERNEL_TWIN)

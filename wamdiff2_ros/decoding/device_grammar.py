@@ -46,6 +46,22 @@ class DeviceGrammar:
         """(..., B) vocabulary ids -> grammar columns, -1 outside the grammar."""
         return self.column_of[tokens.clamp(0, self.column_of.shape[0] - 1)]
 
+    def _kernel_inputs(
+        self,
+        states: torch.Tensor,
+        tokens: torch.Tensor,
+        masked: torch.Tensor,
+        limit: torch.Tensor | int,
+        tokens_after: torch.Tensor | int,
+    ) -> tuple[torch.Tensor, ...]:
+        # The kernel's tensors: the tables, each position's column and mask, the budget as device scalars.
+        device = tokens.device
+        budget = (torch.as_tensor(v, dtype=torch.int64, device=device) for v in (limit, tokens_after))
+        return (
+            self.next, self.live, self.is_done, self.distance, self.columns(tokens).contiguous(),
+            masked.contiguous(), states.contiguous(), *budget,
+        )  # fmt: skip
+
     def _token_masks(self, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         """(N, B, G) bool: the tokens each position may hold (all at a masked one, its own at a committed
         one, none for a committed token outside the grammar)."""
@@ -87,7 +103,8 @@ class DeviceGrammar:
         tokens_after: torch.Tensor | int,
     ) -> torch.Tensor:
         """(K, B, G) bool: the grammar tokens each masked position may take with the answer completable
-        (``TokenGrammar.block_allowed`` per row; rows of committed positions all False).
+        (``TokenGrammar.block_allowed`` per row; rows of committed positions all False). On CUDA one Triton
+        kernel (``device_grammar_kernels``), elsewhere ``reference_allowed``, its twin.
 
         Args:
             states: (K,) automaton state of each row before the block.
@@ -96,6 +113,19 @@ class DeviceGrammar:
             limit: positions >= limit lie past max_new_tokens.
             tokens_after: answer tokens available after the block.
         """
+        if tokens.is_cuda:
+            return block_sets(*self._kernel_inputs(states, tokens, masked, limit, tokens_after), True)[0]
+        return self.reference_allowed(states, tokens, masked, limit, tokens_after)
+
+    def reference_allowed(
+        self,
+        states: torch.Tensor,
+        tokens: torch.Tensor,
+        masked: torch.Tensor,
+        limit: torch.Tensor | int,
+        tokens_after: torch.Tensor | int,
+    ) -> torch.Tensor:
+        """``allowed`` in batched torch ops (~4 a position and pass)."""
         token_masks = self._token_masks(tokens, masked)
         backward = torch.stack(self._backward(token_masks, limit, tokens_after)[1:], dim=1)  # (K, B, S + 1)
         current = self._start(states)
@@ -114,7 +144,21 @@ class DeviceGrammar:
         limit: torch.Tensor | int,
         tokens_after: torch.Tensor | int,
     ) -> torch.Tensor:
-        """(N,) bool: the block's committed tokens still admit a valid answer (``block_feasible``)."""
+        """(N,) bool: the block's committed tokens still admit a valid answer (``block_feasible``); on CUDA
+        the kernel of ``allowed``, elsewhere ``reference_feasible``."""
+        if tokens.is_cuda:
+            return block_sets(*self._kernel_inputs(states, tokens, masked, limit, tokens_after), False)[1]
+        return self.reference_feasible(states, tokens, masked, limit, tokens_after)
+
+    def reference_feasible(
+        self,
+        states: torch.Tensor,
+        tokens: torch.Tensor,
+        masked: torch.Tensor,
+        limit: torch.Tensor | int,
+        tokens_after: torch.Tensor | int,
+    ) -> torch.Tensor:
+        """``feasible`` in batched torch ops."""
         first = self._backward(self._token_masks(tokens, masked), limit, tokens_after)[0]
         return first.gather(1, states[:, None]).squeeze(1)
 
@@ -202,3 +246,63 @@ class DeviceGrammar:
             moved = self.next[states, column.clamp_min(0)]
             states = torch.where(column >= 0, moved, self.sink)
         return states
+
+
+def launch_block_sets(
+    next_table: torch.Tensor,
+    live: torch.Tensor,
+    done: torch.Tensor,
+    distance: torch.Tensor,
+    columns: torch.Tensor,
+    masked: torch.Tensor,
+    states: torch.Tensor,
+    limit: torch.Tensor,
+    tokens_after: torch.Tensor,
+    want_allowed: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton kernel on any device (a CPU tensor needs TRITON_INTERPRET=1): (allowed (N, B, G) bool,
+    empty unless ``want_allowed``; feasible (N,) bool, empty when ``want_allowed``)."""
+    import triton
+
+    from wamdiff2_ros.decoding import device_grammar_kernels as kernels
+
+    rows, size = columns.shape
+    num_states, num_columns = next_table.shape
+    padded_states, padded_columns = triton.next_power_of_2(num_states), triton.next_power_of_2(num_columns)
+    device = columns.device
+    sets = torch.empty((rows, size + 1, padded_states), dtype=torch.int8, device=device)
+    current = torch.empty((rows, padded_states), dtype=torch.int8, device=device)
+    shapes = ((rows, size, num_columns), (0,)) if want_allowed else ((0,), (rows,))
+    allowed, feasible = (torch.zeros(shape, dtype=torch.int8, device=device) for shape in shapes)
+    kernels.block_sets[(rows,)](
+        next_table, live, done, distance, columns, masked, states, limit, tokens_after, sets, current,
+        allowed, feasible, size, num_states, num_columns, S=padded_states, G=padded_columns,
+        ALLOWED=want_allowed, num_warps=4,
+    )  # fmt: skip
+    return allowed.bool(), feasible.bool()
+
+
+@torch.library.custom_op("wamdiff2::grammar_block_sets", mutates_args=(), device_types="cuda")
+def block_sets(
+    next_table: torch.Tensor,
+    live: torch.Tensor,
+    done: torch.Tensor,
+    distance: torch.Tensor,
+    columns: torch.Tensor,
+    masked: torch.Tensor,
+    states: torch.Tensor,
+    limit: torch.Tensor,
+    tokens_after: torch.Tensor,
+    want_allowed: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``launch_block_sets`` as an op torch.compile leaves opaque (the compiled step calls it as one)."""
+    return launch_block_sets(
+        next_table, live, done, distance, columns, masked, states, limit, tokens_after, want_allowed
+    )
+
+
+@block_sets.register_fake
+def _(next_table, live, done, distance, columns, masked, states, limit, tokens_after, want_allowed):
+    rows, size = columns.shape
+    allowed = columns.new_empty((rows, size, next_table.shape[1]) if want_allowed else (0,), dtype=torch.bool)
+    return allowed, columns.new_empty((0,) if want_allowed else (rows,), dtype=torch.bool)
