@@ -98,3 +98,29 @@ def test_a_warm_planner_builds_captures_and_allocates_nothing_per_frame(cuda_mod
     assert (planner.fast.builds, planner.fast.captures) == (builds, captures)
     # Per-frame tensors (the frame, the prompt) are freed again; nothing accumulates.
     assert torch.cuda.memory_allocated() - allocated < 1 << 20
+
+
+def test_the_grammar_kernel_on_cuda_is_the_torch_twin(tokenizer):
+    # ``allowed`` / ``feasible`` on CUDA are the Triton kernel; their torch twins run on the same tensors.
+    from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
+    from wamdiff2_ros.model.tokenizer import MASK_ID
+
+    host = planning_grammar(tokenizer, DecodeConfig(min_int_digits=2, max_new_tokens=128))
+    device = DeviceGrammar(host, "cuda", MASK_ID)
+    generator = torch.Generator().manual_seed(0)
+    ids = host.token_ids
+    for share in (0.95, 0.6, 0.2):
+        tokens = ids[torch.randint(0, len(ids), (4, 32), generator=generator)].cuda()
+        masked = (torch.rand(4, 32, generator=generator) < share).cuda()
+        states = torch.full((4,), host.start_state, device="cuda")
+        for limit, after in ((32, 96), (20, 0)):
+            budget = (torch.tensor(limit, device="cuda"), torch.tensor(after, device="cuda"))
+            assert torch.equal(
+                device.allowed(states, tokens, masked, *budget),
+                device.reference_allowed(states, tokens, masked, *budget),
+            )
+            trial = tokens.repeat(8, 1)
+            assert torch.equal(
+                device.feasible(states.repeat(8), trial, masked.repeat(8, 1), *budget),
+                device.reference_feasible(states.repeat(8), trial, masked.repeat(8, 1), *budget),
+            )
