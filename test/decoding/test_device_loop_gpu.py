@@ -44,11 +44,15 @@ def cuda_model():
     return build_model("tiny", seed=0, device="cuda")
 
 
+@pytest.mark.parametrize("kernel", [False, True], ids=["torch-grammar", "grammar-kernel"])
 @pytest.mark.parametrize("compile", [False, True], ids=["graphs", "graphs-compile"])
 @pytest.mark.parametrize("threshold", [0.9, 0.05], ids=["all-steps", "early-exit"])
 def test_graphed_device_loop_with_grammar_and_candidates_gives_the_eager_tokens(
-    cuda_model, tokenizer, planning_prompt, compile, threshold
+    cuda_model, tokenizer, planning_prompt, compile, threshold, kernel, monkeypatch
 ):
+    from wamdiff2_ros.decoding import device_grammar
+
+    monkeypatch.setattr(device_grammar, "KERNEL_ON_CUDA", kernel)  # the device loop's grammars take it
     config = DecodeConfig(**NODE, threshold=threshold)
     grammar = planning_grammar(tokenizer, config)
     eager = decode(cuda_model, tokenizer, planning_prompt, config, grammar)
@@ -106,7 +110,7 @@ def test_the_grammar_kernel_on_cuda_is_the_torch_twin(tokenizer):
     from wamdiff2_ros.model.tokenizer import MASK_ID
 
     host = planning_grammar(tokenizer, DecodeConfig(min_int_digits=2, max_new_tokens=128))
-    device = DeviceGrammar(host, "cuda", MASK_ID)
+    device = DeviceGrammar(host, "cuda", MASK_ID, kernel=True)
     generator = torch.Generator().manual_seed(0)
     ids = host.token_ids
     for share in (0.95, 0.6, 0.2):

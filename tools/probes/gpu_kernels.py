@@ -11,15 +11,16 @@ w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..25
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
 FlashInfer's backend, with the error against SDPA. merge_quant: the split-keys output then its FP8
-quantisation, against the merge kernel that quantises. fused_fp8: the fused W8A8 layer's kernels at
-M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products. vision_attention: the 1080p
-tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head scales), with its error. Each
-number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
+quantisation, against the merge kernel that quantises. grammar: a step's planning-grammar work (allowed +
+the repair's feasibility) through the torch ops and through the Triton kernel. fused_fp8: the fused W8A8
+layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
+vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
+scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
 (attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,split_keys,merge_quant,fused_fp8,vision_attention] (the parts to run; default
-the first three).
+[gemm,fp8,attention,w8a16,split_keys,merge_quant,grammar,fused_fp8,vision_attention] (the parts to run;
+default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -381,6 +382,38 @@ def merge_quant() -> dict[str, dict[str, float]]:
     return results
 
 
+def grammar() -> dict[str, dict[str, float]]:
+    """A denoising step's grammar work (``allowed`` and the commit repair's ``feasible`` over K x B trial
+    rows) for the padded planning grammar at B = 32, through the torch ops and through the Triton kernel
+    (``device_grammar_kernels``), us per step in a graph, compiled as the device loop compiles its step."""
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
+    from wamdiff2_ros.decoding.engine import planning_grammar
+    from wamdiff2_ros.decoding.fast_model import compiled
+    from wamdiff2_ros.model.tokenizer import MASK_ID, load_tokenizer
+
+    host = planning_grammar(load_tokenizer(), DecodeConfig(min_int_digits=2, max_new_tokens=128))
+    results = {}
+    for rows in (1, 4, 8):
+        generator = torch.Generator().manual_seed(0)
+        tokens = host.token_ids[torch.randint(0, len(host.token_ids), (rows, 32), generator=generator)].cuda()
+        masked = (torch.rand(rows, 32, generator=generator) < 0.7).cuda()
+        states = torch.full((rows,), host.start_state, device=DEVICE)
+        budget = (torch.tensor(32, device=DEVICE), torch.tensor(64, device=DEVICE))
+        for kernel in (False, True):
+            device = DeviceGrammar(host, DEVICE, MASK_ID, kernel=kernel)
+
+            def step(device=device, tokens=tokens, masked=masked, states=states, budget=budget) -> None:
+                device.allowed(states, tokens, masked, *budget)
+                trial = tokens.repeat(32, 1)
+                device.feasible(states.repeat_interleave(32), trial, masked.repeat(32, 1), *budget)
+
+            name = f"K{rows} {'kernel' if kernel else 'torch ops'}"
+            results[name] = {"us_per_step": graph_ms(compiled(step)) * 1000}
+            print(name, results[name], flush=True)
+    return results
+
+
 def fused_fp8() -> dict[str, dict[str, float]]:
     """The fused W8A8 layer's own kernels (decoding/fp8_fused.py) at the 2b shape, us per call (20 in a
     graph), SiLU's at chunks of 1,024 / 2,048 / 8,192 and 4 / 8 / 16 warps; beside them the FP8 products
@@ -490,6 +523,7 @@ if __name__ == "__main__":
         "split_keys": split_keys,
         "fused_fp8": fused_fp8,
         "merge_quant": merge_quant,
+        "grammar": grammar,
         "vision_attention": vision_attention,
     }
     report = {part: probes[part]() for part in parts}

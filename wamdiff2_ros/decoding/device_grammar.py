@@ -16,6 +16,10 @@ import torch
 
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 
+# Whether CUDA grammars use the Triton kernel by default. Off until it has run on a GPU (written in the
+# sixteenth session, which had no device time): its GPU test and ``gpu_kernels.py grammar`` decide.
+KERNEL_ON_CUDA = False
+
 
 class DeviceGrammar:
     """A ``TokenGrammar``'s tables on a device.
@@ -24,10 +28,14 @@ class DeviceGrammar:
         grammar: the host grammar (planning or detection).
         device: where the tables live (the model's device).
         mask_id: the mask token id (the largest id a block holds besides grammar tokens).
+        kernel: on CUDA, ``allowed`` and ``feasible`` through the Triton kernel (None: ``KERNEL_ON_CUDA``).
     """
 
-    def __init__(self, grammar: TokenGrammar, device: torch.device | str, mask_id: int) -> None:
+    def __init__(
+        self, grammar: TokenGrammar, device: torch.device | str, mask_id: int, kernel: bool | None = None
+    ) -> None:
         self.grammar = grammar
+        self.kernel = KERNEL_ON_CUDA if kernel is None else kernel
         self.next = grammar.next_table.to(device)  # (S + 1, G)
         self.sink = grammar.num_states
         self.num_columns = self.next.shape[1]
@@ -103,8 +111,8 @@ class DeviceGrammar:
         tokens_after: torch.Tensor | int,
     ) -> torch.Tensor:
         """(K, B, G) bool: the grammar tokens each masked position may take with the answer completable
-        (``TokenGrammar.block_allowed`` per row; rows of committed positions all False). On CUDA one Triton
-        kernel (``device_grammar_kernels``), elsewhere ``reference_allowed``, its twin.
+        (``TokenGrammar.block_allowed`` per row; rows of committed positions all False). With ``kernel`` on
+        CUDA one Triton kernel (``device_grammar_kernels``), else ``reference_allowed``, its twin.
 
         Args:
             states: (K,) automaton state of each row before the block.
@@ -113,7 +121,7 @@ class DeviceGrammar:
             limit: positions >= limit lie past max_new_tokens.
             tokens_after: answer tokens available after the block.
         """
-        if tokens.is_cuda:
+        if self.kernel and tokens.is_cuda:
             return block_sets(*self._kernel_inputs(states, tokens, masked, limit, tokens_after), True)[0]
         return self.reference_allowed(states, tokens, masked, limit, tokens_after)
 
@@ -144,9 +152,9 @@ class DeviceGrammar:
         limit: torch.Tensor | int,
         tokens_after: torch.Tensor | int,
     ) -> torch.Tensor:
-        """(N,) bool: the block's committed tokens still admit a valid answer (``block_feasible``); on CUDA
-        the kernel of ``allowed``, elsewhere ``reference_feasible``."""
-        if tokens.is_cuda:
+        """(N,) bool: the block's committed tokens still admit a valid answer (``block_feasible``); with
+        ``kernel`` on CUDA the kernel of ``allowed``, else ``reference_feasible``."""
+        if self.kernel and tokens.is_cuda:
             return block_sets(*self._kernel_inputs(states, tokens, masked, limit, tokens_after), False)[1]
         return self.reference_feasible(states, tokens, masked, limit, tokens_after)
 
