@@ -15,8 +15,8 @@ quantisation, against the merge kernel that quantises. grammar: a step's plannin
 the repair's feasibility) through the torch ops and through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
-scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
-(attention, split_keys) calls.
+scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24
+(vision_attention) or 28 (attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,merge_quant,grammar,fused_fp8,vision_attention] (the parts to run;
