@@ -64,10 +64,11 @@ class DeviceGrammar:
     ) -> tuple[torch.Tensor, ...]:
         # The kernel's tensors: the tables, each position's column and mask, the budget as device scalars.
         device = tokens.device
-        budget = (torch.as_tensor(v, dtype=torch.int64, device=device) for v in (limit, tokens_after))
+        limit = torch.as_tensor(limit, dtype=torch.int64, device=device)
+        tokens_after = torch.as_tensor(tokens_after, dtype=torch.int64, device=device)
         return (
             self.next, self.live, self.is_done, self.distance, self.columns(tokens).contiguous(),
-            masked.contiguous(), states.contiguous(), *budget,
+            masked.contiguous(), states.contiguous(), limit, tokens_after,
         )  # fmt: skip
 
     def _token_masks(self, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
@@ -279,15 +280,19 @@ def launch_block_sets(
     padded_states, padded_columns = triton.next_power_of_2(num_states), triton.next_power_of_2(num_columns)
     device = columns.device
     sets = torch.empty((rows, size + 1, padded_states), dtype=torch.int8, device=device)
-    current = torch.empty((rows, padded_states), dtype=torch.int8, device=device)
+    current = torch.empty((rows, padded_states) if want_allowed else (0,), dtype=torch.int8, device=device)
+    # The kernel writes every element of its output: no zeros, and bool is a view of the int8 bytes.
     shapes = ((rows, size, num_columns), (0,)) if want_allowed else ((0,), (rows,))
-    allowed, feasible = (torch.zeros(shape, dtype=torch.int8, device=device) for shape in shapes)
+    allowed, feasible = (torch.empty(shape, dtype=torch.int8, device=device) for shape in shapes)
+    # One (S, G) tile a program: 4 warps hold the planning grammar's 256 x 16 without spilling (ptxas), the
+    # detection grammar's 128 x 128 spilled at 4 and 8 warps.
+    warps = min(16, max(4, padded_states * padded_columns // 1024))
     kernels.block_sets[(rows,)](
         next_table, live, done, distance, columns, masked, states, limit, tokens_after, sets, current,
         allowed, feasible, size, num_states, num_columns, S=padded_states, G=padded_columns,
-        ALLOWED=want_allowed, num_warps=4,
+        ALLOWED=want_allowed, num_warps=warps,
     )  # fmt: skip
-    return allowed.bool(), feasible.bool()
+    return allowed.view(torch.bool), feasible.view(torch.bool)
 
 
 @torch.library.custom_op("wamdiff2::grammar_block_sets", mutates_args=(), device_types="cuda")
