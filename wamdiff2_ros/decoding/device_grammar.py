@@ -37,6 +37,7 @@ class DeviceGrammar:
         self.grammar = grammar
         self.kernel = KERNEL_ON_CUDA if kernel is None else kernel
         self.next = grammar.next_table.to(device)  # (S + 1, G)
+        self.next32 = self.next.to(torch.int32)  # the kernel's copy: half the bytes it gathers
         self.sink = grammar.num_states
         self.num_columns = self.next.shape[1]
         self.token_ids = grammar.token_ids.to(device)  # (G,) column -> vocabulary id
@@ -67,7 +68,7 @@ class DeviceGrammar:
         limit = torch.as_tensor(limit, dtype=torch.int64, device=device)
         tokens_after = torch.as_tensor(tokens_after, dtype=torch.int64, device=device)
         return (
-            self.next, self.live, self.is_done, self.distance, self.columns(tokens).contiguous(),
+            self.next32, self.live, self.is_done, self.distance, self.columns(tokens).contiguous(),
             masked.contiguous(), states.contiguous(), limit, tokens_after,
         )  # fmt: skip
 
@@ -257,6 +258,13 @@ class DeviceGrammar:
         return states
 
 
+def kernel_warps(states: int, columns: int) -> int:
+    """Warps of a program over a padded (states, columns) tile: 4 hold the planning grammar's 256 x 16
+    without spilling (ptxas, sm_90a), 16 the detection grammar's 128 x 128 with ~160 bytes spilled (4 and 8
+    spilled more; 32 warps leave 64 registers a thread)."""
+    return min(16, max(4, states * columns // 1024))
+
+
 def launch_block_sets(
     next_table: torch.Tensor,
     live: torch.Tensor,
@@ -284,9 +292,7 @@ def launch_block_sets(
     # The kernel writes every element of its output: no zeros, and bool is a view of the int8 bytes.
     shapes = ((rows, size, num_columns), (0,)) if want_allowed else ((0,), (rows,))
     allowed, feasible = (torch.empty(shape, dtype=torch.int8, device=device) for shape in shapes)
-    # One (S, G) tile a program: 4 warps hold the planning grammar's 256 x 16 without spilling (ptxas), the
-    # detection grammar's 128 x 128 spilled at 4 and 8 warps.
-    warps = min(16, max(4, padded_states * padded_columns // 1024))
+    warps = kernel_warps(padded_states, padded_columns)
     kernels.block_sets[(rows,)](
         next_table, live, done, distance, columns, masked, states, limit, tokens_after, sets, current,
         allowed, feasible, size, num_states, num_columns, S=padded_states, G=padded_columns,

@@ -25,8 +25,9 @@ def block_sets(
     state_in = states < num_states  # the automaton's states and its dead sink
     column_in = columns < num_columns
     tile_in = state_in[:, None] & column_in[None, :]
-    table = tl.load(next_ptr + states[:, None] * num_columns + columns[None, :], mask=tile_in, other=0)
-    table = table.to(tl.int32)  # (S, G): next state of (state, column)
+    # (S, G) next state of (state, column), loaded where it is used: held across the loops, a 128 x 128
+    # table (the detection grammar's) spilled registers even at 16 warps
+    table_ptrs = next_ptr + states[:, None] * num_columns + columns[None, :]
     live = tl.load(live_ptr + states, mask=state_in, other=0) != 0
     done = tl.load(done_ptr + states, mask=state_in, other=0) != 0
     distance = tl.load(distance_ptr + states, mask=state_in, other=0)
@@ -40,6 +41,7 @@ def block_sets(
         column = tl.load(cols_ptr + n * size + j)
         masked = tl.load(masked_ptr + n * size + j) != 0
         tokens = column_in & (masked | (columns == column))  # (G,) what position j may hold
+        table = tl.load(table_ptrs, mask=tile_in, other=0)
         reach = tl.load(sets + (j + 1) * S + table, mask=tile_in & tokens[None, :], other=0)  # (S, G)
         before = (tl.max(reach.to(tl.int32), axis=1) > 0) & live & (done | (j < limit))
         tl.store(sets + j * S + states, before.to(tl.int8), mask=state_in)
@@ -55,6 +57,7 @@ def block_sets(
             masked = tl.load(masked_ptr + n * size + j) != 0
             tokens = column_in & (masked | (columns == column))
             # allowed[j, g]: some current state whose move by g lands where the block can still finish
+            table = tl.load(table_ptrs, mask=tile_in, other=0)
             after = tl.load(sets + (j + 1) * S + table, mask=tile_in, other=0) != 0  # (S, G)
             hit = tl.max((current[:, None] & after).to(tl.int32), axis=0) > 0
             tl.store(allowed_ptr + (n * size + j) * num_columns + columns, (hit & masked).to(tl.int8),
