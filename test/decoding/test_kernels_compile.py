@@ -31,6 +31,19 @@ SILU = {
     "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32", "act_ptr": "*bf16",
     "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32", "stride_raw": "i32",
 }  # fmt: skip
+ROWS = {
+    "x_ptr": "*bf16", "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
+    "weight_ptr": "*bf16", "x_out_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32",
+    "stride_x": "i32", "stride_raw": "i32", "eps": "fp32",
+}  # fmt: skip
+PARTIAL = {
+    "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bounds_ptr": "*i64", "out_ptr": "*fp32",
+    "lse_ptr": "*fp32", "n": "i32", "tiles_per_row": "i32", "max_len": "i32", "scale": "fp32",
+}  # fmt: skip
+MERGE = {
+    "parts_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "n": "i32", "tiles_per_row": "i32",
+    "chunks": "i32",
+}  # fmt: skip
 MERGE_QUANT = {
     "parts_ptr": "*fp32", "lse_ptr": "*fp32", "q8_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "n": "i32",
     "tiles_per_row": "i32", "chunks": "i32",
@@ -50,27 +63,30 @@ def _kernels():
     from wamdiff2_ros.decoding.attention.split_keys import _kernels as split_keys
     from wamdiff2_ros.decoding.device_grammar import kernel_warps
 
-    merge_quant = split_keys()[2]
+    partial, merge, merge_quant = split_keys()
     two_b = {"HEADS": 16, "KV_HEADS": 8, "D": 128}
+    heads = {"QUERY_HEADS": 16, "KV_HEADS": 8, "D": 128, "QUERIES": 32}
     return {  # name: (kernel, signature, constexprs, warps as launched, spill bytes tolerated)
+        "rows: add + norm + quant": (
+            fp8_fused_kernels.rows,
+            ROWS,
+            {"ADD": True, "NORM": True, "BLOCK": 2048},
+            4,
+            0,
+        ),
+        "split-keys partial": (
+            partial,
+            PARTIAL,
+            {**heads, "BLOCK": 32, "KEYS": 32, "CHUNK": 256, "INTERPRETED": False},
+            4,
+            0,
+        ),
+        "split-keys merge": (merge, MERGE, {**heads, "CHUNKS": 16}, 4, 0),
         "rope_store, a head a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 1}, 1, 0),
         "rope_store, 8 heads a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 8}, 4, 0),
         "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 16, 0),
         "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 8, 0),
-        "merge_quant": (
-            merge_quant,
-            MERGE_QUANT,
-            {
-                "QUERY_HEADS": 16,
-                "KV_HEADS": 8,
-                "D": 128,
-                "QUERIES": 32,
-                "CHUNKS": 16,
-                "OUT_DTYPE": tl.bfloat16,
-            },
-            8,
-            0,
-        ),
+        "merge_quant": (merge_quant, MERGE_QUANT, {**heads, "CHUNKS": 16, "OUT_DTYPE": tl.bfloat16}, 8, 0),
         **{
             f"grammar block_sets {tile}, allowed={allowed}": (
                 device_grammar_kernels.block_sets,
