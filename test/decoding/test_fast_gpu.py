@@ -212,8 +212,8 @@ def test_compiled_graphed_loop_matches_eager_transformers(cuda_model, tokenizer,
 def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_prompt, backend, compile):
     # FlashInfer rows read the prompt from row 0 (shared pages); row 1's logits check that sharing. Compiled,
     # the prefill's layers and the vision tower run Inductor's code (the layers for any prompt length).
-    # ``backend`` is the prompt's; flex (prompts only) decodes the block after it through FlashInfer.
-    if backend != "sdpa":
+    # ``backend`` is the prompt's; flex (prompts only) decodes the block after it through SDPA.
+    if backend == "flashinfer":
         pytest.importorskip("flashinfer")
     eager = BlockCache(bf16_model, 8, rows=2)
     fast = StaticBlockCache(
@@ -222,7 +222,7 @@ def test_lean_prefill_matches_transformers_prefill_in_bf16(bf16_model, planning_
         2,
         planning_prompt.length,
         32,
-        backend="flashinfer" if backend == "flex" else backend,
+        backend="sdpa" if backend == "flex" else backend,  # flex rows need no FlashInfer (its JIT runs apart)
         decoder=LeanDecoder(bf16_model, compile=compile),
         vision=LeanVision(bf16_model, compile=compile, cuda_graph=compile),
         prompt_backend=backend,
@@ -249,7 +249,7 @@ def test_graphed_text_prefill_gives_the_ungraphed_bits_one_graph_per_length(
     # Two prompt lengths (the ego state's digits change it), each prefilled twice with other numbers of the
     # same length: a graph per length, replays on new content, and the same K/V as without graphs.
     # ``backend`` is the prompt's (flex: its block mask per length, kept for the graph).
-    if backend != "sdpa":
+    if backend == "flashinfer":
         pytest.importorskip("flashinfer")
     prompts = [
         build_planning_prompt(tokenizer, front_image, "left", velocity, (0.0, 0.0))
@@ -265,7 +265,7 @@ def test_graphed_text_prefill_gives_the_ungraphed_bits_one_graph_per_length(
             2,
             prompts[-1].length,
             32,
-            "flashinfer" if backend == "flex" else backend,
+            "sdpa" if backend == "flex" else backend,
             graphs,
             decoder=decoder,
             vision=vision,
@@ -450,7 +450,9 @@ def test_fused_fp8_forward_matches_the_unfused_one_graphed_and_compiled(bf16_mod
         cache = StaticBlockCache(
             bf16_model, size, rows, planning_prompt.length, 32, backend=backend, cuda_graphs=True,
             decoder=LeanDecoder(bf16_model, compile=compile, weights="fp8", fused=fused),
+            prompt_backend="sdpa",
         )  # fmt: skip
+        assert getattr(cache.attention, "quantizes_output", False) == (backend == "triton")
         cache.prefill(planning_prompt)
         cache.write(blocks[0])
         logits[name] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))

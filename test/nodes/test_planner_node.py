@@ -337,8 +337,8 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     node = f"{namespace}/wamdiff2_planner"
     # A full-size frame at the reference's pixel budget, so the warm-up has work to do. Whether a diagnostic
     # published during the warm-up reaches the probe depends on how soon DDS matches the two (a warm-up can
-    # end first on a fast machine), so the warm-up's start is read from the node's log, and the reports made
-    # meanwhile are checked where they arrived; frames sent while loading or warming up are counted.
+    # end first on a fast machine), so that the warm-up ran is checked in the node's log, the reports made
+    # during it only where they arrived; frames sent before readiness (loading or warming up) are counted.
     topic = f"{node}/output/trajectory"
     outputs = {"/diagnostics": DiagnosticArray, topic: PlannedTrajectory}
     probe = Probe(ros_context, "planner_warmup_probe", outputs)

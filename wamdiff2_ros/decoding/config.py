@@ -68,7 +68,8 @@ class DecodeConfig:
             (docs/DECISIONS.md).
         prompt_attention: fast path only: the prompt's attention; ``auto`` (the backend's own, FlashInfer for
             ``triton``), ``sdpa``, ``flashinfer`` or ``flex`` (opt-in, not yet measured on a GPU: one
-            block-causal FlexAttention call per layer; decoding/attention/flex.py).
+            block-causal FlexAttention call per layer, on CUDA always through torch.compile, which is what
+            makes it one kernel, whatever ``compile`` says; decoding/attention/flex.py).
     """
 
     decoder: str = "block"

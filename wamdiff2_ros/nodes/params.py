@@ -125,7 +125,7 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         _DECODE.prompt_attention,
         "The prompt's attention on the fast backends: auto (the backend's own; FlashInfer for triton), "
         "sdpa, flashinfer or flex (opt-in, not yet measured on a GPU: one block-causal FlexAttention call "
-        "per layer).",
+        "per layer, compiled on CUDA whatever decoder.compile says).",
         choices=PROMPT_ATTENTIONS,
     ),
     Param(
