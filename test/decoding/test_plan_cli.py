@@ -74,7 +74,7 @@ def test_plan_takes_fp8_weights_on_the_fast_path(image_file, capsys):
     assert report["config"]["weights"] == "fp8_weight_only" and np.isfinite(report["waypoints"]).all()
 
 
-def test_resolve_backend_picks_flashinfer_only_where_installed_on_cuda(monkeypatch):
+def test_resolve_backend_picks_triton_then_flashinfer_where_installed_on_cuda(monkeypatch):
     assert [resolve_backend(name, "cuda") for name in ("eager", "sdpa", "flashinfer")] == [
         "eager",
         "sdpa",
@@ -82,12 +82,18 @@ def test_resolve_backend_picks_flashinfer_only_where_installed_on_cuda(monkeypat
     ]
     assert resolve_backend("auto", "cpu") == "sdpa"
     find_spec = importlib.util.find_spec
-    for installed, expected in ((False, "sdpa"), (True, "flashinfer")):
+    for installed, expected in (
+        ((), "sdpa"),
+        (("flashinfer",), "flashinfer"),
+        (("triton", "flashinfer"), "triton"),
+    ):
         monkeypatch.setattr(
             attention.importlib.util,
             "find_spec",
             lambda name, *rest, installed=installed: (
-                (object() if installed else None) if name == "flashinfer" else find_spec(name, *rest)
+                (object() if name in installed else None)
+                if name in ("triton", "flashinfer")
+                else find_spec(name, *rest)
             ),
         )
         assert resolve_backend("auto", "cuda") == resolve_backend("auto", "cuda:1") == expected

@@ -71,8 +71,9 @@ def test_split_keys_kernels_under_the_interpreter_are_the_sdpa_twin():
 
 
 def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel():
-    assert prompt_backend("triton") in ("flashinfer", "sdpa")
-    assert prompt_backend("sdpa") == "sdpa" and prompt_backend("flex") == "flex"
+    assert prompt_backend("triton", "cpu") in ("flashinfer", "sdpa")
+    assert prompt_backend("triton", "cuda") == prompt_backend("flashinfer", "cuda") == "flex"
+    assert prompt_backend("sdpa", "cuda") == "sdpa" and prompt_backend("flex", "cpu") == "flex"
     with pytest.raises(InputError):
         make_attention("nope", None, 8, False, 4)
 

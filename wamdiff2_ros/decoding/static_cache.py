@@ -58,7 +58,7 @@ class StaticBlockCache:
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
         vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
         prompt_backend: the prompt's attention backend (None: ``attention.prompt_backend``'s choice for
-            ``backend``).
+            ``backend`` on the model's device).
         prompt_graphs: replay the text prefill from one CUDA graph per prompt length (None: as
             ``cuda_graphs``; the device loop captures whole steps itself but wants these).
 
@@ -105,7 +105,7 @@ class StaticBlockCache:
         # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
         # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
         self.prompt_attention = make_attention(
-            prompt_backend or choose_prompt_backend(backend),
+            prompt_backend or choose_prompt_backend(backend, model.device.type),
             self.cache.first_row(),
             block_size,
             model.device.type == "cuda",

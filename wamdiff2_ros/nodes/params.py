@@ -98,8 +98,8 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "decoder.backend",
         "sdpa",
         "Decoder forward: the fast path (static cache, lean forward; sdpa, flashinfer or triton "
-        "attention) or eager (transformers, the reference it is tested against); auto: flashinfer where "
-        "it is installed and model.device is CUDA, else sdpa.",
+        "attention) or eager (transformers, the reference it is tested against); auto: on a CUDA "
+        "model.device triton where Triton is installed, else flashinfer where installed, else sdpa.",
         choices=(*BACKENDS, "auto"),
     ),
     Param(
@@ -123,9 +123,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
         "decoder.prompt_attention",
         _DECODE.prompt_attention,
-        "The prompt's attention on the fast backends: auto (the backend's own; FlashInfer for triton), "
-        "sdpa, flashinfer or flex (opt-in, not yet measured on a GPU: one block-causal FlexAttention call "
-        "per layer, compiled on CUDA whatever decoder.compile says).",
+        "The prompt's attention on the fast backends: auto (flex on CUDA for flashinfer and triton, else "
+        "the backend's own), sdpa, flashinfer or flex (one block-causal FlexAttention call per layer, "
+        "compiled on CUDA whatever decoder.compile says).",
         choices=PROMPT_ATTENTIONS,
     ),
     Param(
