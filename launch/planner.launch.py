@@ -3,8 +3,8 @@
     ros2 launch wamdiff2_ros planner.launch.py [model:=/path/to/checkpoint] [preset:=tiny|2b|8b]
         [config:=default|carla] [device:=cpu|cuda] [use_sim_time:=true] [rviz:=true]
 
-device:=cuda adds config/gpu.yaml after the config preset's file (bf16, FlashInfer or SDPA, CUDA graphs,
-torch.compile, a warm-up at start-up).
+device:=cuda adds config/gpu.yaml after the config preset's file (bf16, the split-keys Triton attention or
+FlashInfer or SDPA, CUDA graphs, torch.compile, a warm-up at start-up).
 
 Which executables, parameter files and remappings: wamdiff2_ros/nodes/launch_spec.py (shared with the tests).
 The large-data DDS transport profile is set for every node unless FASTDDS_DEFAULT_PROFILES_FILE or
