@@ -28,7 +28,6 @@ fourth-session run is docs/probes_h200_2026-11-30.json.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -310,7 +309,7 @@ def split_keys() -> dict[str, dict[str, float]]:
 
     prompt = 2106
     results = {}
-    for rows in (8, 4, 1):
+    for rows in (1, 4, 8):
         cache = _random_cache(rows)
         twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
         twin.share_prompt(prompt)
@@ -323,10 +322,10 @@ def split_keys() -> dict[str, dict[str, float]]:
             # K rows: the prompt's own pass (the default) in tiles of 64 to 256 query rows against each
             # row's tiles reading the prompt (the chunk, keys-per-step and warps sweep of 2026-12-02 is in
             # docs/log/split-keys-sweep-h200-2026-12-02.json)
-            variants = ["triton"] + ["flashinfer"] * (importlib.util.find_spec("flashinfer") is not None)
+            variants = ["flashinfer", "triton"]
             if rows > 1:
                 variants += ["triton per-row"] + [f"triton shared {tile} {warps}"
-                             for tile, warps in ((64, 4), (128, 16), (256, 16))]  # fmt: skip
+                             for tile, warps in ((64, 4), (128, 8), (128, 16), (256, 16))]  # fmt: skip
             for name in variants:
                 if name == "triton per-row":
                     attention = SplitKeysAttention(cache, 32, QUERY_HEADS, shared_tiles=False)
