@@ -38,15 +38,15 @@ ROWS = {
 }  # fmt: skip
 PARTIAL = {
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bounds_ptr": "*i64", "out_ptr": "*fp32",
-    "lse_ptr": "*fp32", "n": "i32", "tiles_per_row": "i32", "max_len": "i32", "scale": "fp32", "slots": "i32",
-    "packed_total": "i32",
+    "lse_ptr": "*fp32", "n": "i32", "tiles_per_row": "i32", "max_len": "i32", "scale": "fp32",
 }  # fmt: skip
 MERGE = {
-    "parts_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "packed_total": "i32", "slots": "i32",
+    "parts_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "n": "i32", "tiles_per_row": "i32",
+    "chunks": "i32",
 }  # fmt: skip
 MERGE_QUANT = {
-    "parts_ptr": "*fp32", "lse_ptr": "*fp32", "q8_ptr": "*fp8e4nv", "scale_ptr": "*fp32",
-    "packed_total": "i32", "slots": "i32",
+    "parts_ptr": "*fp32", "lse_ptr": "*fp32", "q8_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "n": "i32",
+    "tiles_per_row": "i32", "chunks": "i32",
 }  # fmt: skip
 GRAMMAR = {
     "next_ptr": "*i32", "live_ptr": "*i1", "done_ptr": "*i1", "distance_ptr": "*i64", "cols_ptr": "*i64",
@@ -65,8 +65,7 @@ def _kernels():
 
     partial, merge, merge_quant = split_keys()
     two_b = {"HEADS": 16, "KV_HEADS": 8, "D": 128}
-    heads = {"QUERY_HEADS": 16, "KV_HEADS": 8, "D": 128}
-    partial_constants = {**heads, "BLOCK": 32, "KEYS": 32, "CHUNK": 256, "INTERPRETED": False}
+    heads = {"QUERY_HEADS": 16, "KV_HEADS": 8, "D": 128, "QUERIES": 32}
     return {  # name: (kernel, signature, constexprs, warps as launched, spill bytes tolerated)
         "rows: add + norm + quant": (
             fp8_fused_kernels.rows,
@@ -75,33 +74,19 @@ def _kernels():
             4,
             0,
         ),
-        "split-keys partial, all keys": (
+        "split-keys partial": (
             partial,
             PARTIAL,
-            {**partial_constants, "TILE": 64, "PROMPT": False, "ANSWER": False},
+            {**heads, "BLOCK": 32, "KEYS": 32, "CHUNK": 256, "INTERPRETED": False},
             4,
             0,
         ),
-        "split-keys partial, the answer's keys": (
-            partial,
-            PARTIAL,
-            {**partial_constants, "TILE": 64, "PROMPT": False, "ANSWER": True},
-            4,
-            0,
-        ),
-        "split-keys partial, K rows' prompt pass": (
-            partial,
-            PARTIAL,
-            {**partial_constants, "TILE": 128, "PROMPT": True, "ANSWER": False},
-            8,
-            0,
-        ),
-        "split-keys merge": (merge, MERGE, {**heads, "SLOTS": 16}, 4, 0),
+        "split-keys merge": (merge, MERGE, {**heads, "CHUNKS": 16}, 4, 0),
         "rope_store, a head a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 1}, 1, 0),
         "rope_store, 8 heads a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 8}, 4, 0),
         "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 16, 0),
         "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 8, 0),
-        "merge_quant": (merge_quant, MERGE_QUANT, {**heads, "SLOTS": 16, "OUT_DTYPE": tl.bfloat16}, 8, 0),
+        "merge_quant": (merge_quant, MERGE_QUANT, {**heads, "CHUNKS": 16, "OUT_DTYPE": tl.bfloat16}, 8, 0),
         **{
             f"grammar block_sets {tile}, allowed={allowed}": (
                 device_grammar_kernels.block_sets,

@@ -21,16 +21,12 @@ from wamdiff2_ros.decoding.fp8 import quantize_rows
 from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
 generator = torch.Generator().manual_seed(0)
-# (rows, query heads, KV heads, head dim, B, prompt, answer slots written, queries, the kernels' options):
-# one to three rows, two and four grouped heads, a forward of B and a fused one of 2B; K rows with the
-# prompt's own pass (their default; in several prompt tiles, with the prompt ending on a chunk's edge, and
-# with the answer's keys running into the next chunk) and without it
-for rows, heads, kv_heads, dim, block, prompt, written, length, options in (
-    (1, 4, 2, 16, 8, 150, 0, 8, {}),
-    (3, 4, 2, 32, 8, 200, 16, 16, {}),
-    (3, 4, 2, 32, 8, 200, 16, 16, {"shared_tiles": False}),
-    (2, 4, 2, 16, 8, 192, 8, 16, {"chunk": 64, "prompt_tile": 32}),
-    (2, 8, 2, 16, 32, 190, 32, 64, {}),
+# (rows, query heads, KV heads, head dim, B, prompt, answer slots written, queries): one and three rows,
+# two and four grouped heads, a forward of B and a fused one of 2B, keys over three chunks of 128
+for rows, heads, kv_heads, dim, block, prompt, written, length in (
+    (1, 4, 2, 16, 8, 150, 0, 8),
+    (3, 4, 2, 32, 8, 200, 16, 16),
+    (2, 8, 2, 16, 32, 190, 32, 64),
 ):
     cache = StaticKVCache.allocate(1, rows, 300, kv_heads, dim, torch.float32, torch.device("cpu"))
     cache.keys.copy_(torch.randn(cache.keys.shape, generator=generator))
@@ -39,13 +35,13 @@ for rows, heads, kv_heads, dim, block, prompt, written, length, options in (
     twin.share_prompt(prompt)  # SDPA reads each row's own prompt; the kernels read row 0's
     q = torch.randn(rows, length, heads, dim, generator=generator)
     start = prompt + written
-    kernels, sdpa = SplitKeysAttention(cache, block, heads, **options), SdpaAttention(twin, block)
+    kernels, sdpa = SplitKeysAttention(cache, block, heads), SdpaAttention(twin, block)
     for attention in (kernels, sdpa):
         attention.plan(start, length, prompt)
         attention.prepare(torch.tensor(start), length)
     got, expected = kernels.attend(0, q), sdpa.attend(0, q)
     error = (got - expected).abs().max().item()
-    assert error < 1e-5, (rows, heads, kv_heads, dim, block, length, options, error)
+    assert error < 1e-5, (rows, heads, kv_heads, dim, block, length, error)
     kernels.plan(start + block, block, prompt)  # the next forward: same buffers' length, a later slot
     kernels.prepare(torch.tensor(start + block), block)
     sdpa.prepare(torch.tensor(start + block), block)

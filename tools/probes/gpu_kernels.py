@@ -9,9 +9,8 @@ through FlashInfer's kernel families (fa2, fa3, auto) and page sizes 1 and 16, r
 other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
-2,106-token prompt, K = 1, 4 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels (for
-K rows with the prompt's own pass in tiles of 64-256 query rows, and without it) against FlashInfer's
-backend, with the error against SDPA. merge_quant: the split-keys output then its FP8
+2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
+FlashInfer's backend, with the error against SDPA. merge_quant: the split-keys output then its FP8
 quantisation, against the merge kernel that quantises. grammar: a step's planning-grammar work (allowed +
 the repair's feasibility) through the torch ops and through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
@@ -309,7 +308,7 @@ def split_keys() -> dict[str, dict[str, float]]:
 
     prompt = 2106
     results = {}
-    for rows in (1, 4, 8):
+    for rows in (1, 8):
         cache = _random_cache(rows)
         twin = StaticKVCache(cache.keys.clone(), cache.values.clone())
         twin.share_prompt(prompt)
@@ -319,21 +318,15 @@ def split_keys() -> dict[str, dict[str, float]]:
             sdpa = SdpaAttention(twin, 32)
             sdpa.prepare(torch.tensor(start, device=DEVICE), length)
             exact = sdpa.attend(LAYERS - 1, q).float()
-            # K rows: the prompt's own pass (the default) in tiles of 64 to 256 query rows against each
-            # row's tiles reading the prompt (the chunk, keys-per-step and warps sweep of 2026-12-02 is in
-            # docs/log/split-keys-sweep-h200-2026-12-02.json)
-            variants = ["flashinfer", "triton"]
-            if rows > 1:
-                variants += ["triton per-row"] + [f"triton shared {tile} {warps}"
-                             for tile, warps in ((64, 4), (128, 8), (128, 16), (256, 16))]  # fmt: skip
+            variants = ["flashinfer", "triton"] + [  # chunk, keys per step, warps of the split-keys kernel
+                f"triton {chunk} {keys} {warps}" for chunk in (128, 256, 512) for keys in (32, 64, 128)
+                for warps in (4, 8) if chunk >= keys
+            ] + ["triton 128 64 4 bf16", "triton 256 64 4 bf16"]  # fmt: skip
             for name in variants:
-                if name == "triton per-row":
-                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, shared_tiles=False)
-                elif name.startswith("triton shared"):
-                    tile, warps = (int(v) for v in name.split()[2:4])
-                    attention = SplitKeysAttention(
-                        cache, 32, QUERY_HEADS, shared_tiles=True, prompt_tile=tile, prompt_warps=warps
-                    )
+                if name.startswith("triton "):
+                    chunk, keys, warps = (int(v) for v in name.split()[1:4])
+                    partials = torch.bfloat16 if name.endswith("bf16") else torch.float32
+                    attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk, keys, warps, partials)
                 else:
                     attention = make_attention(name, cache, 32, True, QUERY_HEADS)
                 attention.plan(start, length, prompt)

@@ -12,12 +12,8 @@ one captured launch serves every forward of the same query count.
 Visibility is the block-causal rule of ``SdpaAttention`` (its twin): query i of a forward of n from slot s
 sees keys below ``min(s + (i // B + 1) * B, s + n)``. Slots below the prompt length are read from row 0 (the
 K candidate rows share the prompt). The grouped query heads of one KV head are packed as rows of one tile,
-so a tile's K/V are loaded once for all of them. With K rows the prompt's keys, which every answer query
-sees whole, get a pass of their own whose tiles take every row's queries (128 query rows a tile, against
-64 of one row's): each prompt chunk is loaded half as often, in matrix products twice as tall, and
-the keys after the prompt take the per-row pass (a forward's two launches, one merge). Predicted, not yet
-measured on a GPU. The prompt's own forward goes through FlexAttention (``flex.py``) or FlashInfer:
-compute-bound, where these kernels have nothing to add. Triton is imported when a backend is
+so a tile's K/V are loaded once for all of them. The prompt itself goes through FlashInfer (or SDPA where it
+is absent): compute-bound, where these kernels have nothing to add. Triton is imported when a backend is
 built; a CPU cache runs under ``TRITON_INTERPRET=1`` (how the tests check it without a GPU).
 """
 
@@ -39,9 +35,6 @@ if TYPE_CHECKING:
 CHUNK = 256  # keys per program
 KEYS_PER_STEP = 32  # keys per inner iteration of a program
 PACKED_ROWS = 64  # query rows (queries x grouped heads) per tile
-# K rows' prompt pass: tiles of every row's query rows (not yet swept on a GPU; 128 rows, 8 warps keep the
-# accumulator at 64 registers a thread)
-PROMPT_TILE, PROMPT_WARPS = 128, 8
 
 
 @functools.cache
@@ -51,71 +44,43 @@ def _kernels():
 
     @triton.jit
     def partial(
-        q_ptr, k_ptr, v_ptr, bounds_ptr, out_ptr, lse_ptr, n, tiles_per_row, max_len, scale, slots,
-        packed_total,
+        q_ptr, k_ptr, v_ptr, bounds_ptr, out_ptr, lse_ptr, n, tiles_per_row, max_len, scale,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-        TILE: tl.constexpr, KEYS: tl.constexpr, CHUNK: tl.constexpr, PROMPT: tl.constexpr,
-        ANSWER: tl.constexpr, INTERPRETED: tl.constexpr,
+        QUERIES: tl.constexpr, KEYS: tl.constexpr, CHUNK: tl.constexpr, INTERPRETED: tl.constexpr,
     ):  # fmt: skip
-        # A program covers its tile's keys in its chunk: all of them (one row's queries; neither flag), the
-        # prompt's only (``PROMPT``: tiles over every row's queries, since the K candidate rows see the same
-        # prompt) or those after the prompt only (``ANSWER``: one row's queries).
-        # Query rows are numbered flat, ``(row * n + query) * group + grouped head``, in the partial buffers
-        # (``(KV head, flat row, slot)``), so the two passes of K rows and the merge agree whatever the tiles.
         chunk, head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
-        start, shared = tl.load(bounds_ptr).to(tl.int32), tl.load(bounds_ptr + 1).to(tl.int32)
-        packed = tl.arange(0, TILE)
-        if PROMPT:
-            row = 0  # the prompt lives in row 0
-            flat = tile * TILE + packed
-            valid = flat < packed_total
-            limit = shared  # every answer query sees the whole prompt: no mask a row
-        else:
-            row, query_tile = tile // tiles_per_row, tile % tiles_per_row
-            query = query_tile * (TILE // group) + packed // group
-            valid = query < n
-            flat = (row * n + query) * group + packed % group
-            limit = tl.where(valid, tl.minimum(start + (query // BLOCK + 1) * BLOCK, start + n), 0)
-        # Slots: chunk c's partial, and for K rows one more (the last) for the keys of the chunk that holds
-        # the prompt's end past it; each slot has one writer per forward.
-        boundary = shared // CHUNK
-        low = chunk * CHUNK
-        high = tl.minimum(low + CHUNK, limit if PROMPT else tl.max(limit, axis=0))
-        slot = chunk
-        writes = chunk >= 0
-        if PROMPT:
-            writes = chunk <= boundary
-        if ANSWER:
-            low = tl.maximum(low, shared)
-            writes = chunk >= boundary
-            slot = tl.where(chunk == boundary, slots - 1, chunk)
-        token = flat // group  # row * n + query
+        rows: tl.constexpr = QUERIES * group
+        row, query_tile = tile // tiles_per_row, tile % tiles_per_row
+        start, shared = tl.load(bounds_ptr), tl.load(bounds_ptr + 1)
+        packed = tl.arange(0, rows)
+        query = query_tile * QUERIES + packed // group
+        query_head = head * group + packed % group
+        valid = query < n
+        limit = tl.where(valid, tl.minimum(start + (query // BLOCK + 1) * BLOCK, start + n), 0)
         dims = tl.arange(0, D)
         q = tl.load(
-            q_ptr + (token * QUERY_HEADS + head * group + flat % group)[:, None] * D + dims[None, :],
-            mask=valid[:, None] & (low < high),  # programs with no keys load nothing
+            q_ptr + ((row * n + query) * QUERY_HEADS + query_head)[:, None] * D + dims[None, :],
+            mask=valid[:, None],
             other=0.0,
         )
-        best = tl.full((TILE,), float("-inf"), tl.float32)
-        total = tl.zeros((TILE,), tl.float32)
-        accumulator = tl.zeros((TILE, D), tl.float32)
+        low = chunk * CHUNK
+        high = tl.minimum(low + CHUNK, tl.max(limit, axis=0))
+        best = tl.full((rows,), float("-inf"), tl.float32)
+        total = tl.zeros((rows,), tl.float32)
+        accumulator = tl.zeros((rows, D), tl.float32)
         for first in range(low, high, KEYS):
-            keys = first + tl.arange(0, KEYS)
-            source = tl.where(keys < shared, 0, row)  # K rows read row 0's prompt
-            offsets = ((source * max_len + keys) * KV_HEADS + head)[:, None] * D + dims[None, :]
-            inside = keys < high  # past a chunk's end when the answer's keys start inside it
-            k = tl.load(k_ptr + offsets, mask=inside[:, None], other=0.0)
-            v = tl.load(v_ptr + offsets, mask=inside[:, None], other=0.0)
+            slots = first + tl.arange(0, KEYS)
+            source = tl.where(slots < shared, 0, row)  # the prompt lives in row 0
+            offsets = ((source * max_len + slots) * KV_HEADS + head)[:, None] * D + dims[None, :]
+            inside = slots[:, None] < high
+            k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
+            v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
             if INTERPRETED:  # the interpreter multiplies bf16 operands' raw bits: give it fp32
                 scores = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
             else:
                 scores = tl.dot(q, tl.trans(k))
-            if PROMPT:  # noqa: SIM108 (a constexpr branch: the other one indexes a row vector this lacks)
-                visible = inside[None, :]
-            else:
-                visible = (keys[None, :] < limit[:, None]) & inside[None, :]
-            scores = tl.where(visible, scores * scale, float("-inf"))
+            scores = tl.where(slots[None, :] < limit[:, None], scores * scale, float("-inf"))
             new_best = tl.maximum(best, tl.max(scores, axis=1))
             reference = tl.where(new_best == float("-inf"), 0.0, new_best)  # rows that see no key yet
             weights = tl.exp(scores - reference[:, None])
@@ -127,74 +92,81 @@ def _kernels():
                 accumulator = accumulator * decay[:, None] + tl.dot(weights.to(v.dtype), v)
             best = new_best
         seen = total > 0
-        part = (head * packed_total + flat) * slots + slot
-        stored = valid & writes
+        part = (tile * KV_HEADS + head) * tl.num_programs(0) + chunk
         tl.store(
-            out_ptr + part[:, None] * D + dims[None, :],
+            out_ptr + (part * rows + packed)[:, None] * D + dims[None, :],
             (accumulator / tl.where(seen, total, 1.0)[:, None]).to(out_ptr.dtype.element_ty),
-            mask=stored[:, None],
         )
-        tl.store(lse_ptr + part, tl.where(seen, best + tl.log(total), float("-inf")), mask=stored)
+        tl.store(lse_ptr + part * rows + packed, tl.where(seen, best + tl.log(total), float("-inf")))
 
     @triton.jit
     def merge(
-        parts_ptr, lse_ptr, out_ptr, packed_total, slots,
-        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, SLOTS: tl.constexpr,
+        parts_ptr, lse_ptr, out_ptr, n, tiles_per_row, chunks,
+        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
+        CHUNKS: tl.constexpr,
     ):  # fmt: skip
-        # One program per flat query row and KV head: all its slots in one load (a loop over them is
-        # latency-bound); slots that saw no key are not read (their weight is 0).
-        flat, head = tl.program_id(0), tl.program_id(1)
+        # One program per packed row: all its chunks in one load (a loop over chunks is latency-bound).
+        tile, head, packed = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
-        slot = tl.arange(0, SLOTS)
-        inside = slot < slots
-        part = (head * packed_total + flat) * slots + slot
-        lse = tl.load(lse_ptr + part, mask=inside, other=float("-inf"))
-        best = tl.max(lse, axis=0)
-        weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
-        dims = tl.arange(0, D)
-        read = (inside & (lse > float("-inf")))[:, None]
-        values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=read, other=0.0).to(tl.float32)
-        total = tl.sum(weights, axis=0)
-        merged = tl.sum(weights[:, None] * values, axis=0) / tl.where(total > 0, total, 1.0)
-        token = flat // group  # row * n + query
-        tl.store(
-            out_ptr + (token * QUERY_HEADS + head * group + flat % group) * D + dims,
-            merged.to(out_ptr.dtype.element_ty),
-        )
+        rows: tl.constexpr = QUERIES * group
+        row, query_tile = tile // tiles_per_row, tile % tiles_per_row
+        query = query_tile * QUERIES + packed // group
+        if query < n:
+            chunk = tl.arange(0, CHUNKS)
+            part = ((tile * KV_HEADS + head) * chunks + chunk) * rows + packed
+            lse = tl.load(lse_ptr + part, mask=chunk < chunks, other=float("-inf"))
+            best = tl.max(lse, axis=0)
+            weights = tl.exp(lse - tl.where(best == float("-inf"), 0.0, best))
+            dims = tl.arange(0, D)
+            inside = (chunk < chunks)[:, None]  # padding chunks read 0 (their weight is 0: no 0 * NaN)
+            values = tl.load(parts_ptr + part[:, None] * D + dims[None, :], mask=inside, other=0.0)
+            values = values.to(tl.float32)
+            total = tl.sum(weights, axis=0)
+            merged = tl.sum(weights[:, None] * values, axis=0) / tl.where(total > 0, total, 1.0)
+            query_head = head * group + packed % group
+            tl.store(
+                out_ptr + ((row * n + query) * QUERY_HEADS + query_head) * D + dims,
+                merged.to(out_ptr.dtype.element_ty),
+            )
 
     @triton.jit
     def merge_quant(
-        parts_ptr, lse_ptr, q8_ptr, scale_ptr, packed_total, slots,
-        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, SLOTS: tl.constexpr,
-        OUT_DTYPE: tl.constexpr,
+        parts_ptr, lse_ptr, q8_ptr, scale_ptr, n, tiles_per_row, chunks,
+        QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
+        CHUNKS: tl.constexpr, OUT_DTYPE: tl.constexpr,
     ):  # fmt: skip
         # One program per query, all its heads as one (Hq, D) tile in registers: each head merged as
         # ``merge`` merges it and rounded to the attention's output dtype, then the row quantised to e4m3
         # with one scale, as ``fp8.quantize_rows`` quantises ``attend``'s output: the fused FP8 layers'
         # attention input with no kernel of its own (and no round trip through memory).
-        token = tl.program_id(0)  # row * n + query
+        flat = tl.program_id(0)  # row * n + query
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
+        rows: tl.constexpr = QUERIES * group
+        row, query = flat // n, flat % n
+        tile = row * tiles_per_row + query // QUERIES
         heads = tl.arange(0, QUERY_HEADS)
-        base = ((heads // group) * packed_total + token * group + heads % group) * slots  # (Hq,) slot 0
-        slot = tl.arange(0, SLOTS)
-        inside = (slot < slots)[None, :]
-        lse = tl.load(lse_ptr + base[:, None] + slot[None, :], mask=inside, other=float("-inf"))
+        packed = (query % QUERIES) * group + heads % group
+        base = (tile * KV_HEADS + heads // group) * chunks  # (Hq,) first partial of each head
+        chunk = tl.arange(0, CHUNKS)
+        inside = (chunk < chunks)[None, :]
+        offsets = (base[:, None] + chunk[None, :]) * rows + packed[:, None]
+        lse = tl.load(lse_ptr + offsets, mask=inside, other=float("-inf"))  # (Hq, CHUNKS)
         best = tl.max(lse, axis=1)
         best = tl.where(best == float("-inf"), 0.0, best)
         total = tl.sum(tl.exp(lse - best[:, None]), axis=1)
         dims = tl.arange(0, D)
         merged = tl.zeros((QUERY_HEADS, D), tl.float32)
-        for index in range(0, slots):
-            part = base + index  # (Hq,)
+        for index in range(0, chunks):
+            part = (base + index) * rows + packed  # (Hq,)
             weight = tl.exp(tl.load(lse_ptr + part) - best)
             values = tl.load(parts_ptr + part[:, None] * D + dims[None, :]).to(tl.float32)
             merged += weight[:, None] * values
         merged = (merged / tl.where(total > 0, total, 1.0)[:, None]).to(OUT_DTYPE).to(tl.float32)
         scale = tl.maximum(tl.math.div_rn(tl.max(tl.max(tl.abs(merged), axis=1), axis=0), 448.0), 1e-12)
         q = tl.minimum(tl.maximum(tl.math.div_rn(merged, scale), -448.0), 448.0)
-        offsets = (token * QUERY_HEADS + heads)[:, None] * D + dims[None, :]
+        offsets = (flat * QUERY_HEADS + heads)[:, None] * D + dims[None, :]
         tl.store(q8_ptr + offsets, q.to(q8_ptr.dtype.element_ty))
-        tl.store(scale_ptr + token, scale)
+        tl.store(scale_ptr + flat, scale)
 
     return partial, merge, merge_quant
 
@@ -210,10 +182,6 @@ class SplitKeysAttention:
         keys_per_step: keys per inner iteration of a program.
         warps: warps per program of the partial kernel.
         partials: dtype of the chunks' normalised partial outputs (their log-sum-exps stay fp32).
-        shared_tiles: the prompt's keys in a pass of their own, over tiles of every row's queries (None:
-            where the cache has more than one row); else each row's tiles read the prompt themselves.
-        prompt_tile: query rows per tile of that pass (a power of two).
-        prompt_warps: warps per program of that pass.
 
     Raises:
         ImportError: Triton is not installed.
@@ -232,9 +200,6 @@ class SplitKeysAttention:
         keys_per_step: int = KEYS_PER_STEP,
         warps: int = 4,
         partials: torch.dtype = torch.float32,
-        shared_tiles: bool | None = None,
-        prompt_tile: int = PROMPT_TILE,
-        prompt_warps: int = PROMPT_WARPS,
     ) -> None:
         import triton  # fail at construction, not at the first forward
 
@@ -247,18 +212,14 @@ class SplitKeysAttention:
             raise ValueError(f"cannot pack {query_heads} query heads over {kv_heads} of {head_dim} in a tile")
         self.cache = cache
         self.block_size = block_size
-        self.query_heads, self.kv_heads, self.head_dim, self.group = query_heads, kv_heads, head_dim, group
+        self.query_heads, self.kv_heads, self.head_dim = query_heads, kv_heads, head_dim
         self.queries = PACKED_ROWS // group  # queries per tile
         self.packed_rows = self.queries * group  # rows of a tile: its queries x their grouped heads
         self.chunk, self.keys_per_step, self.warps, self.partials = chunk, keys_per_step, warps, partials
-        self.shared_tiles = cache.rows > 1 if shared_tiles is None else shared_tiles
-        self.prompt_tile, self.prompt_warps = prompt_tile, prompt_warps
         # attend_quantized holds a query's heads as one tile: a power of two of them (16 in every preset)
         self.quantizes_output = (query_heads & (query_heads - 1)) == 0
         self.chunks = -(-cache.max_len // chunk)
-        # a partial per chunk, and with a prompt pass one more: the chunk holding the prompt's end has two
-        self.slots = self.chunks + int(self.shared_tiles)
-        self.slots_padded = triton.next_power_of_2(self.slots)  # the merge loads all slots at once
+        self.chunks_padded = triton.next_power_of_2(self.chunks)  # the merge loads all chunks at once
         self.bounds = torch.zeros(2, dtype=torch.int64, device=cache.device)  # (first slot, prompt length)
         self.planned: tuple[int, int] | None = None
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # query count -> (parts, lse)
@@ -269,7 +230,8 @@ class SplitKeysAttention:
         count, so a captured launch keeps its pointers) and the prompt length (first slot comes from
         ``prepare``)."""
         if length not in self.buffers:
-            shape = (self.kv_heads * self._flat_rows(self.cache.rows, length) * self.slots, self.head_dim)
+            tiles = self.cache.rows * -(-length // self.queries)
+            shape = (tiles * self.kv_heads * self.chunks * self.packed_rows, self.head_dim)
             parts = torch.empty(shape, dtype=self.partials, device=self.cache.device)
             self.buffers[length] = (parts, torch.empty(shape[0], device=self.cache.device))
         self.active = self.buffers[length]
@@ -281,32 +243,19 @@ class SplitKeysAttention:
         """Device side, inside the graph: the forward's first slot into the kernels' bounds."""
         self.bounds[0].copy_(start)
 
-    def _flat_rows(self, rows: int, length: int) -> int:
-        return rows * length * self.group  # query rows of a forward: (row, query, grouped head)
-
     def _partials(self, layer: int, q: torch.Tensor) -> int:
-        # The partial kernel(s) into the active buffers -> the forward's flat query rows.
+        # The partial kernel into the active buffers -> query tiles per row.
         partial = _kernels()[0]
         rows, length = q.shape[:2]
-        flat_rows = self._flat_rows(rows, length)
         tiles_per_row = -(-length // self.queries)
         parts, lse = self.active
-        arguments = (
-            q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse, length,
-            tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), self.slots, flat_rows,
-        )  # fmt: skip
-        constants = {**self._shape, "BLOCK": self.block_size, "KEYS": self.keys_per_step, "CHUNK": self.chunk,
-                     "INTERPRETED": self.interpreted}  # fmt: skip
-        if self.shared_tiles:
-            partial[(self.chunks, self.kv_heads, -(-flat_rows // self.prompt_tile))](
-                *arguments, **constants, TILE=self.prompt_tile, PROMPT=True, ANSWER=False,
-                num_warps=self.prompt_warps,
-            )  # fmt: skip
         partial[(self.chunks, self.kv_heads, rows * tiles_per_row)](
-            *arguments, **constants, TILE=self.packed_rows, PROMPT=False, ANSWER=self.shared_tiles,
-            num_warps=self.warps,
+            q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
+            length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **self._shape,
+            BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
+            INTERPRETED=self.interpreted, num_warps=self.warps,
         )  # fmt: skip
-        return flat_rows
+        return tiles_per_row
 
     @property
     def _shape(self) -> dict[str, int]:
@@ -317,11 +266,12 @@ class SplitKeysAttention:
         rows, length = q.shape[:2]
         q = q.contiguous()
         out = torch.empty_like(q)
-        flat_rows = self._partials(layer, q)
+        tiles_per_row = self._partials(layer, q)
         parts, lse = self.active
-        _kernels()[1][(flat_rows, self.kv_heads)](
-            parts, lse, out, flat_rows, self.slots, **self._shape, SLOTS=self.slots_padded
-        )
+        _kernels()[1][(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
+            parts, lse, out, length, tiles_per_row, self.chunks, **self._shape, QUERIES=self.queries,
+            CHUNKS=self.chunks_padded,
+        )  # fmt: skip
         return out.view(rows, length, -1)
 
     def attend_quantized(self, layer: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -336,11 +286,11 @@ class SplitKeysAttention:
         rows, length, heads, dim = q.shape
         q = q.contiguous()
         q8, scale = fp8_rows(rows * length, heads * dim, q.device)
-        flat_rows = self._partials(layer, q)
+        tiles_per_row = self._partials(layer, q)
         parts, lse = self.active
         out_dtype = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
         _kernels()[2][(rows * length,)](
-            parts, lse, q8, scale, flat_rows, self.slots, **self._shape, SLOTS=self.slots_padded,
-            OUT_DTYPE=out_dtype[q.dtype], num_warps=8,
+            parts, lse, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
+            QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype], num_warps=8,
         )  # fmt: skip
         return q8.to(FP8), scale
