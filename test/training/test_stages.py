@@ -278,24 +278,22 @@ def test_a_phase_with_a_time_budget_anneals_and_stops_on_time(dataset_dir, tmp_p
     assert sum(r["step_s"] for r in rows) < budget_s + 2.0
 
 
+def _scene_ids(dataset_dir: Path) -> list[int]:
+    # the ids a recipe's ``vocab_from`` keeps for these scenes
+    from wamdiff2_ros.model.tokenizer import load_tokenizer
+    from wamdiff2_ros.model.vocab import ids_for
+    from wamdiff2_ros.training.data import vocabulary_texts
+
+    return ids_for(load_tokenizer(), vocabulary_texts([dataset_dir]))
+
+
 def test_a_reduced_vocabulary_start_trains_and_keeps_its_ids(dataset_dir, tmp_path):
-    import subprocess
-    import sys
+    from wamdiff2_ros.model.checkpoint import save_checkpoint
+    from wamdiff2_ros.training.initial import initial_model
 
     start, out = tmp_path / "init", tmp_path / "sft"
-    tool = Path(__file__).resolve().parents[2] / "tools" / "init_default_model.py"
-    command = [
-        sys.executable,
-        str(tool),
-        str(start),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--intermediate",
-        "64",
-    ]
-    subprocess.run([*command, "--vocab-from", str(dataset_dir)], check=True, capture_output=True)
+    model = initial_model(layers=2, hidden=32, intermediate=64, kept_ids=_scene_ids(dataset_dir))
+    save_checkpoint(model, start)  # what a recipe's init step writes
     kept = json.loads((start / "vocab_kept.json").read_text())
     argv = ["train", "sft", "--config", str(CONFIG_DIR / "train_sft_tiny.yaml")]
     assert cli_main(argv + overrides(dataset_dir, out, f"model={start}", "max_steps=6", "lr=1e-2")) == 0
@@ -308,16 +306,11 @@ def test_a_reduced_vocabulary_start_trains_and_keeps_its_ids(dataset_dir, tmp_pa
 
 
 def test_reducing_a_trained_checkpoint_keeps_its_logits_and_files(dataset_dir, sft_run, examples, tmp_path):
-    import subprocess
-    import sys
-
     from wamdiff2_ros.model.vocab import kept_embedding
+    from wamdiff2_ros.training.recipe import reduce_checkpoint
 
     source, out = sft_run / "B1" / "final", tmp_path / "small"
-    tool = Path(__file__).resolve().parents[2] / "tools" / "reduce_vocabulary.py"
-    subprocess.run(
-        [sys.executable, str(tool), str(source), str(out), "--vocab-from", str(dataset_dir)], check=True
-    )
+    reduce_checkpoint(source, out, _scene_ids(dataset_dir))  # a recipe's reduce_vocabulary step
     assert (out / "train_config.yaml").read_text() == (source / "train_config.yaml").read_text()
     full, small = load_checkpoint(source).model, load_checkpoint(out).model
     kept = kept_embedding(small).kept
