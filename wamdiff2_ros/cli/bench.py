@@ -51,8 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--attention",
         choices=("auto", "sdpa", "flashinfer", "triton"),
         default="auto",
-        help="plan, profile: the fast path's attention backend (default auto: flashinfer where installed on "
-        "CUDA)",
+        help="plan, profile: the fast path's attention backend (default auto: the node's choice, "
+        "decoding.attention.resolve_backend: triton on CUDA where Triton is installed)",
     )
     parser.add_argument(
         "--weights",
@@ -496,6 +496,7 @@ def run(args: argparse.Namespace) -> int:
         return _soak(args)
     import torch
 
+    from wamdiff2_ros.decoding.attention import resolve_backend
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.fast import FastDecoder, lean_decoder, lean_key
     from wamdiff2_ros.decoding.fast_model import LeanDecoder
@@ -553,7 +554,7 @@ def run(args: argparse.Namespace) -> int:
     }
     rows: list[speed.SpeedRow] = []
     if args.what == "profile":
-        fast = args.attention if args.attention != "auto" else "flashinfer" if has_flashinfer else "sdpa"
+        fast = resolve_backend(args.attention, args.device) if device.type == "cuda" else "sdpa"
         extra["profile"] = _profile(args, model, tokenizer, prompts[0], fast)
     if args.what == "decode":
         lean: dict[tuple[bool, str], LeanDecoder] = {}  # one per compile and weights, shared by the rows
