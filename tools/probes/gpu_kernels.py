@@ -10,17 +10,19 @@ other key counts against SDPA; and through plain torch ops.
 w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..256 (the fastest launch that
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
-FlashInfer's backend, with the error against SDPA. merge_quant: the split-keys output then its FP8
-quantisation, against the merge kernel that quantises. grammar: a step's planning-grammar work (allowed +
-the repair's feasibility) through the torch ops and through the Triton kernel. fused_fp8: the fused W8A8
+FlashInfer's backend, with the error against SDPA. shared_prefix: K = 4 or 8 rows' queries over their
+shared prompt as one FlexAttention call (a cascade's first level) against the split keys' whole attention.
+merge_quant: the split-keys output then its FP8 quantisation, against the merge kernel that quantises.
+grammar: a step's planning-grammar work (allowed + the repair's feasibility) through the torch ops and
+through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
 scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24
 (vision_attention) or 28 (attention, split_keys) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,split_keys,merge_quant,grammar,fused_fp8,vision_attention] (the parts to run;
-default the first three).
+[gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention] (the
+parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -348,6 +350,62 @@ def split_keys() -> dict[str, dict[str, float]]:
     return results
 
 
+def shared_prefix() -> dict[str, dict[str, float]]:
+    """K candidate rows' attention over the prompt they share, as one FlexAttention call over every row's
+    queries (with its log-sum-exp, what a merge with the rows' own answer keys would take: cascade
+    attention), against the split-keys kernels' whole answer attention at the same shape; us per layer, 28
+    layers in one graph. The prefix alone: if it is not well under the split keys' time, a cascade cannot
+    pay (docs/DECISIONS.md, "K rows keep reading the prompt")."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
+
+    prompt = 2106
+    flex = torch.compile(flex_attention)
+    results = {}
+    for rows in (4, 8):
+        cache = _random_cache(rows)
+        # each layer's prompt K/V as FlexAttention takes them: (1, Hkv, P, D)
+        keys, values = (
+            [side[layer, 0, :prompt].transpose(0, 1)[None].contiguous() for layer in range(LAYERS)]
+            for side in (cache.keys, cache.values)
+        )
+        for length in (32, 64):
+            start = prompt + 64
+            q = torch.randn(rows, length, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
+            stacked = q.reshape(rows * length, QUERY_HEADS, HEAD_DIM).transpose(0, 1)[None].contiguous()
+            exact = F.scaled_dot_product_attention(stacked, keys[-1], values[-1], enable_gqa=True).float()
+            split = SplitKeysAttention(cache, 32, QUERY_HEADS)
+            split.plan(start, length, prompt)
+            slot = torch.tensor(start, device=DEVICE)
+
+            def split_keys_layers(split=split, slot=slot, q=q, length=length) -> None:
+                split.prepare(slot, length)
+                for layer in range(LAYERS):
+                    split.attend(layer, q)
+
+            def prefix_layers(stacked=stacked, pieces=1, keys=keys, values=values) -> None:
+                for layer in range(LAYERS):
+                    for part in stacked.chunk(pieces, dim=2):
+                        flex(part, keys[layer], values[layer], enable_gqa=True, return_lse=True)
+
+            out, _ = flex(stacked, keys[-1], values[-1], enable_gqa=True, return_lse=True)
+            error = float((out.float() - exact).norm() / exact.norm())
+            variants = {
+                "split keys, whole attention": (split_keys_layers, None),
+                "flex prefix, one call": (prefix_layers, error),
+                "flex prefix, 128-query calls": (
+                    lambda stacked=stacked: prefix_layers(stacked, max(1, stacked.shape[2] // 128)),
+                    error,
+                ),
+            }
+            for name, (layers, rel_error) in variants.items():
+                row = {"us_per_layer": graph_ms(layers) * 1000 / LAYERS, "rel_error": rel_error}
+                results[f"K{rows} n{length} {name}"] = row
+                print(rows, length, name, row, flush=True)
+    return results
+
+
 def merge_quant() -> dict[str, dict[str, float]]:
     """The fused FP8 layers' attention output: the split-keys kernels then ``quant_rows``, against the
     merge kernel that quantises (``attend_quantized``), us per layer over 28 layers in one graph."""
@@ -521,6 +579,7 @@ if __name__ == "__main__":
         "attention": attention,
         "w8a16": w8a16,
         "split_keys": split_keys,
+        "shared_prefix": shared_prefix,
         "fused_fp8": fused_fp8,
         "merge_quant": merge_quant,
         "grammar": grammar,
