@@ -14,6 +14,7 @@ import json
 import pytest
 import torch
 
+from wamdiff2_ros.decoding.attention import prompt_backend, resolve_backend
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, detection_grammar
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
@@ -118,6 +119,25 @@ def test_graphed_detection_with_its_grammar_matches_eager(
     graphed = _decode(model, tokenizer, prompt, grammar, backend="sdpa", cuda_graphs=True, **settings)
     assert [c.token_ids for c in graphed.candidates] == [c.token_ids for c in eager.candidates]
     assert isinstance(json.loads(eager.text.split("<|im_end|>")[0]), list)  # well-formed grounding JSON
+
+
+def test_the_bundled_models_shape_takes_the_cuda_default_within_bf16_of_sdpa(planning_prompt):
+    # config/gpu.yaml with no model: the bundled model's shape (heads of 16, 4 over 2) in bf16 through what
+    # auto picks on CUDA, the split-keys kernels and the FlexAttention prompt (the 2b tests use heads of 128)
+    pytest.importorskip("triton")
+    model = build_model("tiny", seed=0, dtype="bf16", device="cuda")
+    assert resolve_backend("auto", "cuda", "bf16") == "triton" and prompt_backend("triton", "cuda") == "flex"
+    rows = 2
+    blocks = [torch.randint(0, 151_000, (rows, 32), device="cuda") for _ in range(3)]
+    blocks[2][:, ::2] = MASK_ID
+    logits = {}
+    for name in ("sdpa", "triton"):
+        cache = StaticBlockCache(model, 32, rows, planning_prompt.length, 64, backend=name)
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[name] = head_logits(model, cache.write_and_denoise(blocks[1], blocks[2]))
+    error = ((logits["triton"] - logits["sdpa"]).norm() / logits["sdpa"].norm()).item()
+    assert error < 2e-2, f"relative error {error:.3g}"
 
 
 @pytest.mark.parametrize("size", [8, 1], ids=["B8", "B1-causal"])

@@ -97,7 +97,8 @@ def test_resolve_backend_picks_triton_then_flashinfer_where_installed_on_cuda(mo
             ),
         )
         assert resolve_backend("auto", "cuda") == resolve_backend("auto", "cuda:1") == expected
-        assert resolve_backend("auto", "cpu") == "sdpa"
+        assert resolve_backend("auto", "cuda", "fp16") == expected
+        assert resolve_backend("auto", "cuda", "fp32") == resolve_backend("auto", "cpu") == "sdpa"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")

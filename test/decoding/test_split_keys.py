@@ -7,9 +7,12 @@ absent). On a GPU, test_fast_gpu.py checks the compiled kernels against SDPA at 
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from interpreted import run_interpreted
 
+from wamdiff2_ros.decoding import attention
 from wamdiff2_ros.decoding.attention import make_attention, prompt_backend
 from wamdiff2_ros.errors import InputError
 
@@ -70,10 +73,18 @@ def test_split_keys_kernels_under_the_interpreter_are_the_sdpa_twin():
     run_interpreted(TWIN)
 
 
-def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel():
+def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel(monkeypatch):
+    pytest.importorskip("triton")
     assert prompt_backend("triton", "cpu") in ("flashinfer", "sdpa")
     assert prompt_backend("triton", "cuda") == prompt_backend("flashinfer", "cuda") == "flex"
     assert prompt_backend("sdpa", "cuda") == "sdpa" and prompt_backend("flex", "cpu") == "flex"
+    find_spec = importlib.util.find_spec  # without Triton, FlexAttention cannot compile: the backend's own
+    monkeypatch.setattr(
+        attention.importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "triton" else find_spec(name, *rest),
+    )
+    assert prompt_backend("flashinfer", "cuda") == "flashinfer"
     with pytest.raises(InputError):
         make_attention("nope", None, 8, False, 4)
 

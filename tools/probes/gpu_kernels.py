@@ -18,7 +18,7 @@ through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
 scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24
-(vision_attention) or 28 (attention, split_keys) calls.
+(vision_attention) or 28 (attention, split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention] (the
@@ -356,18 +356,17 @@ def shared_prefix() -> dict[str, dict[str, float]]:
     attention), against the split-keys kernels' whole answer attention at the same shape; us per layer, 28
     layers in one graph. The prefix alone: if it is not well under the split keys' time, a cascade cannot
     pay (docs/DECISIONS.md, "K rows keep reading the prompt")."""
-    from torch.nn.attention.flex_attention import flex_attention
-
+    from wamdiff2_ros.decoding.attention.flex import _kernel
     from wamdiff2_ros.decoding.attention.split_keys import SplitKeysAttention
 
     prompt = 2106
-    flex = torch.compile(flex_attention)
+    flex = _kernel(DEVICE)  # the prompt's own compiled FlexAttention
     results = {}
     for rows in (4, 8):
         cache = _random_cache(rows)
-        # each layer's prompt K/V as FlexAttention takes them: (1, Hkv, P, D)
+        # each layer's prompt K/V read in place from row 0, as FlexAttention takes them: (1, Hkv, P, D) views
         keys, values = (
-            [side[layer, 0, :prompt].transpose(0, 1)[None].contiguous() for layer in range(LAYERS)]
+            [side[layer, :1, :prompt].transpose(1, 2) for layer in range(LAYERS)]
             for side in (cache.keys, cache.values)
         )
         for length in (32, 64):
@@ -389,14 +388,18 @@ def shared_prefix() -> dict[str, dict[str, float]]:
                     for part in stacked.chunk(pieces, dim=2):
                         flex(part, keys[layer], values[layer], enable_gqa=True, return_lse=True)
 
-            out, _ = flex(stacked, keys[-1], values[-1], enable_gqa=True, return_lse=True)
-            error = float((out.float() - exact).norm() / exact.norm())
+            def error(pieces: int, stacked=stacked, keys=keys, values=values, exact=exact) -> float:
+                parts = [flex(part, keys[-1], values[-1], enable_gqa=True, return_lse=True)[0]
+                         for part in stacked.chunk(pieces, dim=2)]  # fmt: skip
+                return float((torch.cat(parts, dim=2).float() - exact).norm() / exact.norm())
+
+            pieces = max(1, stacked.shape[2] // 128)
             variants = {
                 "split keys, whole attention": (split_keys_layers, None),
-                "flex prefix, one call": (prefix_layers, error),
+                "flex prefix, one call": (prefix_layers, error(1)),
                 "flex prefix, 128-query calls": (
-                    lambda stacked=stacked: prefix_layers(stacked, max(1, stacked.shape[2] // 128)),
-                    error,
+                    lambda stacked=stacked, pieces=pieces: prefix_layers(stacked, pieces),
+                    error(pieces),
                 ),
             }
             for name, (layers, rel_error) in variants.items():

@@ -64,7 +64,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--prompt-attention",
         choices=("auto", "sdpa", "flashinfer", "flex"),
         default="auto",
-        help="plan: the fast path's prompt attention (default auto: the attention backend's own)",
+        help="plan: the fast path's prompt attention (default auto: attention.prompt_backend's choice, flex "
+        "on CUDA for flashinfer and triton)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
@@ -392,7 +393,7 @@ def _plan(args: argparse.Namespace) -> int:
     from wamdiff2_ros.model.tokenizer import load_tokenizer
 
     device = torch.device(args.device)
-    fast = resolve_backend(args.attention, args.device) if device.type == "cuda" else "sdpa"
+    fast = resolve_backend(args.attention, args.device, args.dtype) if device.type == "cuda" else "sdpa"
     model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
     loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{args.preset}")
     card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS}
@@ -521,7 +522,7 @@ def run(args: argparse.Namespace) -> int:
     card["prompts"] = {size: p.length for size, p in zip(args.image.split(","), prompts, strict=True)}
     print(json.dumps(card))
     # Prefill of the fast path (vision tower + lean layers) beside transformers' (the eager rows' prefill).
-    backends = ["sdpa", "flashinfer", "flex"] if has_flashinfer else ["sdpa"]
+    backends = ["sdpa", *["flashinfer"] * has_flashinfer, *["flex"] * (device.type == "cuda")]
     prefills = {p.length: speed.measure_prefills(model, p, 32, backends, repeat=args.repeat) for p in prompts}
     budgets = {"reference budget": MAX_PIXELS, "bundled budget": read_pixel_budget(default_model_dir())[1]}
     preprocessing = {}
@@ -554,7 +555,7 @@ def run(args: argparse.Namespace) -> int:
     }
     rows: list[speed.SpeedRow] = []
     if args.what == "profile":
-        fast = resolve_backend(args.attention, args.device) if device.type == "cuda" else "sdpa"
+        fast = resolve_backend(args.attention, args.device, args.dtype) if device.type == "cuda" else "sdpa"
         extra["profile"] = _profile(args, model, tokenizer, prompts[0], fast)
     if args.what == "decode":
         lean: dict[tuple[bool, str], LeanDecoder] = {}  # one per compile and weights, shared by the rows

@@ -113,7 +113,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--backend",
         choices=PLAN_BACKENDS,
         help="decoder forward: eager (transformers, the reference; default), sdpa, flashinfer or triton (the "
-        "fast path), auto (flashinfer where installed on a CUDA device, else sdpa)",
+        "fast path), auto (on a CUDA device in bf16 or fp16: triton where installed, else flashinfer, else "
+        "sdpa; otherwise sdpa)",
     )
     parser.add_argument(
         "--cuda-graphs",
@@ -134,8 +135,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--prompt-attention",
         choices=PROMPT_ATTENTIONS,
-        help="the prompt's attention on the fast backends: auto (the backend's own; default), sdpa, "
-        "flashinfer or flex (opt-in FlexAttention)",
+        help="the prompt's attention on the fast backends: auto (default: flex on CUDA for flashinfer and "
+        "triton, else the backend's own), sdpa, flashinfer or flex (FlexAttention)",
     )
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="weights dtype (default fp32)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default cpu)")
@@ -185,7 +186,7 @@ def settings(args: argparse.Namespace) -> tuple[dict, str]:
         many = values["candidates"] > 1
         configured = from_file.get("temperature")
         values["temperature"] = (configured if many else 0.0) if configured is not None else float(many)
-    values["backend"] = resolve_backend(values["backend"], values["device"])
+    values["backend"] = resolve_backend(values["backend"], values["device"], values["dtype"])
     origin = (
         f"model.device in --config {args.config}"
         if args.device is None and "device" in from_file

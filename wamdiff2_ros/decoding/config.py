@@ -54,8 +54,8 @@ class DecodeConfig:
         Default on.
         backend: ``eager`` (transformers' forward over a ``DynamicCache``: the reference), ``sdpa`` or
             ``flashinfer`` (the fast path: static cache, lean forward, that attention; decoding/fast.py), or
-            ``triton`` (the fast path with the split-keys kernels for the answer and FlashInfer for the
-            prompt; decoding/attention/split_keys.py).
+            ``triton`` (the fast path with the split-keys kernels for the answer;
+            decoding/attention/split_keys.py); ``prompt_attention`` says what serves the prompt.
         cuda_graphs: fast path only: replay CUDA graphs instead of launching kernels (CUDA devices only).
         compile: fast path only: run the lean forward's work between attention calls (and, with CUDA graphs,
             each whole step's LM head, sampling and commit) through ``torch.compile``; the uncompiled code is

@@ -32,7 +32,7 @@ class FastDecoder:
 
     Args:
         model: the model (eval mode), on the device to decode on.
-        config: decode settings with ``backend`` ``sdpa`` or ``flashinfer``.
+        config: decode settings with a fast ``backend`` (``sdpa``, ``flashinfer`` or ``triton``).
         max_prompt_len: longest prompt to accept (the cache is sized for it once).
         decoder: a lean decoder to share between several ``FastDecoder`` (its fused weights are copies),
             compiled or not as ``config.compile`` says.

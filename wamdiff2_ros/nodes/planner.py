@@ -190,7 +190,7 @@ class PlannerNode(Node):
             temperature=p["candidates.temperature"] if count > 1 else 0.0,
             greedy_first=count > 1,
             seed=p["candidates.seed"],
-            backend=resolve_backend(p["decoder.backend"], p["model.device"]),
+            backend=resolve_backend(p["decoder.backend"], p["model.device"], p["model.dtype"]),
             cuda_graphs=p["decoder.cuda_graphs"],
             compile=p["decoder.compile"],
             weights=p["decoder.weights"],

@@ -15,18 +15,20 @@ if TYPE_CHECKING:
 BACKENDS = ("sdpa", "flashinfer", "triton")
 
 
-def resolve_backend(name: str, device: str) -> str:
+def resolve_backend(name: str, device: str, dtype: str = "bf16") -> str:
     """The concrete decoder backend for a backend setting; any name but ``auto`` is returned unchanged
     (``DecodeConfig`` checks it).
 
-    ``auto`` on a CUDA device (``cuda``, ``cuda:1``) is ``triton`` (the split-keys kernels; Triton comes with
-    torch's CUDA wheels) where Triton is importable, else ``flashinfer`` where installed, else ``sdpa``; on
-    any other device ``sdpa``. On the H200 at 1080p the node's own call took 107.4 against 110.0 ms at K = 1
-    and 123.0 against 131-140 ms at K = 4 with triton (docs/DECISIONS.md); FlashInfer is faster at K = 8.
+    ``auto`` with 16-bit weights (``dtype`` ``bf16`` or ``fp16``) on a CUDA device (``cuda``, ``cuda:1``) is
+    ``triton`` (the split-keys kernels; Triton comes with torch's CUDA wheels) where Triton is importable,
+    else ``flashinfer`` where installed, else ``sdpa``; in fp32 (those kernels are 16-bit: Triton's dots
+    round fp32 to TF32, FlashInfer has none) and on any other device ``sdpa``, the exact twin. On the H200
+    at 1080p the node's own call took 107.4 against 110.0 ms at K = 1 and 123.0 against 131-140 ms at K = 4
+    with triton (docs/DECISIONS.md).
     """
     if name != "auto":
         return name
-    if device != "cuda" and not device.startswith("cuda:"):
+    if (device != "cuda" and not device.startswith("cuda:")) or dtype == "fp32":
         return "sdpa"
     for backend in ("triton", "flashinfer"):
         if importlib.util.find_spec(backend) is not None:
@@ -38,11 +40,12 @@ def prompt_backend(name: str, device_type: str) -> str:
     """The backend of the prompt's forward for answer backend ``name`` on a ``device_type`` device.
 
     On CUDA the fast backends' prompt goes through ``flex`` (``flex.py``: one block-causal FlexAttention call
-    per layer; measured on the H200 at 1080p, 1.1-1.2 ms under FlashInfer's FA2 over 66 groups). ``sdpa``
-    keeps its own prompt everywhere: it is the plain twin of the kernels. Elsewhere ``triton``'s prompt (its
-    kernels serve the answer's short forwards only) goes through FlashInfer where installed, else SDPA.
+    per layer, compiled, so where Triton is importable; measured on the H200 at 1080p, 1.1-1.5 ms under
+    FlashInfer's FA2 over 66 groups). ``sdpa`` keeps its own prompt everywhere: it is the plain twin of the
+    kernels. Elsewhere ``triton``'s prompt (its kernels serve the answer's short forwards only) goes through
+    FlashInfer where installed, else SDPA.
     """
-    if name in ("flashinfer", "triton") and device_type == "cuda":
+    if name in ("flashinfer", "triton") and device_type == "cuda" and importlib.util.find_spec("triton"):
         return "flex"
     if name != "triton":
         return name

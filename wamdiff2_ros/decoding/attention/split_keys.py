@@ -12,9 +12,10 @@ one captured launch serves every forward of the same query count.
 Visibility is the block-causal rule of ``SdpaAttention`` (its twin): query i of a forward of n from slot s
 sees keys below ``min(s + (i // B + 1) * B, s + n)``. Slots below the prompt length are read from row 0 (the
 K candidate rows share the prompt). The grouped query heads of one KV head are packed as rows of one tile,
-so a tile's K/V are loaded once for all of them. The prompt itself goes through FlashInfer (or SDPA where it
-is absent): compute-bound, where these kernels have nothing to add. Triton is imported when a backend is
-built; a CPU cache runs under ``TRITON_INTERPRET=1`` (how the tests check it without a GPU).
+so a tile's K/V are loaded once for all of them. The prompt itself goes through FlexAttention on CUDA (or
+FlashInfer, or SDPA: ``attention.prompt_backend``): compute-bound, where these kernels have nothing to add.
+Triton is imported when a backend is built; a CPU cache runs under ``TRITON_INTERPRET=1`` (how the tests
+check it without a GPU).
 """
 
 from __future__ import annotations
