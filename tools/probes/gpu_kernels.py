@@ -33,6 +33,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -300,6 +301,23 @@ def _random_cache(rows: int):
     return cache
 
 
+def _answer_layers(
+    attention: Any, start: int, length: int, prompt: int, q: torch.Tensor
+) -> Callable[[], None]:
+    # An answer forward's attention over every layer, as the decoder runs it: planned (and its first slot
+    # prepared) once, then prepare + attend per layer in the timed calls.
+    attention.plan(start, length, prompt)
+    slot = torch.tensor(start, device=DEVICE)
+    attention.prepare(slot, length)
+
+    def layers() -> None:
+        attention.prepare(slot, length)
+        for layer in range(LAYERS):
+            attention.attend(layer, q)
+
+    return layers
+
+
 def split_keys() -> dict[str, dict[str, float]]:
     """The answer forward's attention as the decoder runs it: the split-keys kernels (``triton``) against
     FlashInfer's backend (FA2 for one row, FA3 for K), us per layer over 28 layers in one graph."""
@@ -331,16 +349,8 @@ def split_keys() -> dict[str, dict[str, float]]:
                     attention = SplitKeysAttention(cache, 32, QUERY_HEADS, chunk, keys, warps, partials)
                 else:
                     attention = make_attention(name, cache, 32, True, QUERY_HEADS)
-                attention.plan(start, length, prompt)
-                slot = torch.tensor(start, device=DEVICE)
-
-                def layers(attention=attention, slot=slot, q=q, length=length) -> None:
-                    attention.prepare(slot, length)
-                    for layer in range(LAYERS):
-                        attention.attend(layer, q)
-
-                attention.prepare(slot, length)
-                out = attention.attend(LAYERS - 1, q).float()
+                layers = _answer_layers(attention, start, length, prompt, q)
+                out = attention.attend(LAYERS - 1, q).float()  # after the layers' plan and prepare
                 row = {
                     "us_per_layer": graph_ms(layers) * 1000 / LAYERS,
                     "rel_error": float((out - exact).norm() / exact.norm()),
@@ -374,14 +384,9 @@ def shared_prefix() -> dict[str, dict[str, float]]:
             q = torch.randn(rows, length, QUERY_HEADS, HEAD_DIM, device=DEVICE, dtype=torch.bfloat16)
             stacked = q.reshape(rows * length, QUERY_HEADS, HEAD_DIM).transpose(0, 1)[None].contiguous()
             exact = F.scaled_dot_product_attention(stacked, keys[-1], values[-1], enable_gqa=True).float()
-            split = SplitKeysAttention(cache, 32, QUERY_HEADS)
-            split.plan(start, length, prompt)
-            slot = torch.tensor(start, device=DEVICE)
-
-            def split_keys_layers(split=split, slot=slot, q=q, length=length) -> None:
-                split.prepare(slot, length)
-                for layer in range(LAYERS):
-                    split.attend(layer, q)
+            split_keys_layers = _answer_layers(
+                SplitKeysAttention(cache, 32, QUERY_HEADS), start, length, prompt, q
+            )
 
             def prefix_layers(stacked=stacked, pieces=1, keys=keys, values=values) -> None:
                 for layer in range(LAYERS):
