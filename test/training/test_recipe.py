@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.training.recipe import carried_outputs, load_recipe, run_recipe
+from wamdiff2_ros.training.recipe import carried_outputs, load_recipe, resume_checkpoints, run_recipe
 
 SHORT = {"max_steps": 2, "global_batch_size": 2, "local_batch_size": 2, "eval_samples": 0, "progress": False}
 
@@ -119,6 +119,10 @@ def test_a_time_limit_leaves_steps_that_do_not_fit_and_stops_training_resumably(
     monkeypatch.undo()
     assert "teacher" not in outputs and "stopped at the time limit" in lines[-1]
     assert [p.name for p in (tmp_path / "run" / "teacher" / "B1").iterdir()] == ["step_0000000"]
+    # what a job returns so that a cold machine goes on from there, not from the teacher's first step
+    assert resume_checkpoints(recipe, tmp_path / "run", outputs) == [
+        str(tmp_path / "run/teacher/B1/step_0000000")
+    ]
     outputs = run_recipe(recipe, until="teacher", log=lambda line: None)
     assert Path(outputs["teacher"]).name == "final"
 

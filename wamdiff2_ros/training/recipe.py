@@ -142,6 +142,23 @@ def carried_outputs(recipe: Recipe, outputs: dict[str, str]) -> list[str]:
     return sorted(carried)
 
 
+def resume_checkpoints(recipe: Recipe, run: Path, outputs: dict[str, str]) -> list[str]:
+    """The checkpoints in ``run`` of the training steps a job's limit cut short: each phase's final one if
+    the phase finished, else its newest step checkpoint. With ``carried_outputs`` they are what a fresh
+    machine needs to go on where the job stopped (without them a cold machine trains the step again)."""
+    from wamdiff2_ros.training import checkpoints
+    from wamdiff2_ros.training.loop import FINAL
+
+    folders: list[str] = []
+    for step in (s for s in recipe.steps if s["kind"] == "train" and s["name"] not in outputs):
+        out = Path(run) / step["name"]
+        for phase in sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []:
+            final = phase / FINAL
+            newest = final if (final / checkpoints.STATE).is_file() else checkpoints.latest_step_folder(phase)
+            folders += [str(newest)] if newest is not None else []
+    return folders
+
+
 def run_recipe(
     recipe: Recipe,
     run_dir: Path | None = None,
