@@ -47,9 +47,10 @@ for path in files:
         bundles, size = bundles + [[]], 0
     bundles[-1].append(path)
     size += path.stat().st_size
-for index, bundle in enumerate(bundles[:6] if files else []):
+bundles = bundles[:6] if files else []
+for index, bundle in enumerate(bundles):
     with tarfile.open(out / f"ckpt_{index}.tar.gz", "w:gz") as tar:
         for path in bundle:
             tar.add(path, arcname=str(path.relative_to(run.parent)))
-print("returned", folders, f"in {min(len(bundles), 6)} tarballs" + (" (NOT ALL: over six)" if len(bundles) > 6 else ""))
+print("returned", folders, f"in {len(bundles)} tarballs", "(NOT ALL: over six)" if size and len(files) > sum(map(len, bundles)) else "")
 PY
