@@ -1,6 +1,9 @@
 # The two commands of the README. Both bootstrap .venv/ on a fresh machine first.
 .PHONY: demo test lint bootstrap
 
+# pytest-xdist workers: the 2-core development and CI machines run the suite on both cores
+TEST_WORKERS ?= 2
+
 bootstrap:
 	tools/bootstrap.sh
 
@@ -12,4 +15,4 @@ lint: bootstrap
 	.venv/bin/ruff format --check .
 
 test: lint
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n $(TEST_WORKERS)

