@@ -1,9 +1,10 @@
 """Where a small model's training step goes on the GPU (issue 20: the seeing recipe's steps took ~0.27 s).
 
 Generates a small scene set, makes the seeing recipe's initial model, then trains its AR teacher for a few
-dozen steps in several configurations (micro-batch size, loader processes) and profiles one step of each with
-torch.profiler (CPU and CUDA): the step's wall time against its kernels' time, the launches and the host
-syncs. Usage on the device machine, carrying ``train_wheels`` (about 100 s with the machine's start):
+dozen steps in several configurations (micro-batch size, loader processes, compiled or not) and profiles one
+step of each with torch.profiler (CPU and CUDA): the step's wall time against its kernels' time, the
+launches and the host syncs. Usage on the device machine, carrying ``train_wheels`` (about 100 s with the
+machine's start):
 ``python3 -m pip install -q --no-index --no-deps --target /tmp/site train_wheels/*.whl &&
 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 python3 tools/probes/train_step.py $OUT/probe``; it prints a
 summary and writes OUT_DIR/train_step.json (DEVICE, a second argument, defaults to cuda).
@@ -27,6 +28,9 @@ VARIANTS = {  # name: keys over the recipe's training block
     "micro128_workers14": {"local_batch_size": 128, "num_workers": 14},
     "micro256_workers14": {"local_batch_size": 256, "num_workers": 14},
     "micro256_workers8": {"local_batch_size": 256, "num_workers": 8},
+    # TrainConfig.compile: Inductor over the vision pieces and the text layers (fewer, fused kernels)
+    "micro128_compiled": {"local_batch_size": 128, "num_workers": 14, "compile": True},
+    "micro256_compiled": {"local_batch_size": 256, "num_workers": 14, "compile": True},
 }
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventSynchronize")
 

@@ -88,6 +88,8 @@ class TrainConfig:
             precision of the reference's FSDP2 bf16 (fp32 master weights; bf16 ones drop small updates).
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         gradient_checkpointing: recompute activations in backward (reference: on, FSDP2).
+        compile: run the vision tower's and the text layers' work through Inductor (``forward.py``): for small
+            models, whose steps are bound by kernel launches; the first steps take the compile time.
         num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
         seed: seeds weights of presets, data order and masks.
         ckpt_every_steps: optimizer steps between resumable checkpoints (reference 100).
@@ -141,6 +143,7 @@ class TrainConfig:
     autocast_bf16: bool = False
     device: str = "auto"
     gradient_checkpointing: bool = False
+    compile: bool = False
     num_workers: int = 0
     seed: int = 0
     ckpt_every_steps: int = 100
@@ -191,6 +194,8 @@ class TrainConfig:
             )
         if not 0.0 <= self.kd_ratio <= 1.0 or not 0.0 < self.jsd_beta < 1.0 or not self.temperature > 0:
             raise InputError("need 0 <= kd_ratio <= 1, 0 < jsd_beta < 1 and temperature > 0")
+        if self.compile and self.gradient_checkpointing:
+            raise InputError("compile and gradient_checkpointing do not go together: choose one")
         self._check_stage()
 
     def _check_stage(self) -> None:

@@ -6,7 +6,9 @@ bypass its gradient hooks). A reduced-vocabulary model (``model/vocab.py``) is s
 only (``loss_columns``): every other id is -inf, so the softmax, the CE and the JSD over those columns are
 the full-width ones, without a (n, 151,936) tensor. The vision tower runs batched
 (``fast_vision.LeanVision.batch``, transformers' tower bit for bit) when a batch's frames share one grid, as
-a camera's do; mixed grids go through transformers' tower.
+a camera's do; mixed grids go through transformers' tower. With ``compile`` the tower's work between attention
+calls and each text decoder layer run through Inductor: the small models' steps are bound by the launches of
+some 2,800 small ops a micro-batch (docs/BENCHMARKS.md, "Training throughput"), which fused kernels cut.
 """
 
 from __future__ import annotations
@@ -42,12 +44,21 @@ def loss_columns(
 
 class MaskedLogits(torch.nn.Module):
     """``forward(batch) -> (n, V)`` float32 logits at ``batch.loss_mask`` positions, in row-major order;
-    V is the vocabulary, or the ``columns`` given (ascending ids, see ``loss_columns``)."""
+    V is the vocabulary, or the ``columns`` given (ascending ids, see ``loss_columns``). With ``compile``
+    the model's text decoder layers are compiled in place (``compile_text_layers``) and the batched vision
+    tower's pieces are compiled (``LeanVision``'s ``compile``); uncompiled, the same operations eagerly."""
 
-    def __init__(self, model: Qwen3VLForConditionalGeneration, columns: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        model: Qwen3VLForConditionalGeneration,
+        columns: torch.Tensor | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__()
         self.model, self.columns = model, columns
-        self.vision = LeanVision(model, trainable=True)
+        self.vision = LeanVision(model, trainable=True, compile=compile)
+        if compile:
+            compile_text_layers(model)
 
     def forward(self, batch: DiffusionBatch, teacher_mask: bool = False) -> torch.Tensor:
         """Logits of the masked positions.
@@ -82,6 +93,15 @@ class MaskedLogits(torch.nn.Module):
         )
         hidden = out.last_hidden_state[batch.loss_mask]  # (n, H)
         return head_logits(self.model, hidden[None], self.columns)[0]
+
+
+def compile_text_layers(model: Qwen3VLForConditionalGeneration) -> None:
+    """Compile each of ``model``'s text decoder layers in place (``Module.compile``, Inductor): the layers
+    share one graph, for any sequence length (batches differ in length by a few tokens)."""
+    limit = len(model.model.language_model.layers) * 4  # layers x (train, no-grad) x a few specialisations
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+    for layer in model.model.language_model.layers:
+        layer.compile(dynamic=True)
 
 
 def masked_targets(

@@ -242,7 +242,7 @@ class PhaseTrainer:
         self.columns = loss_columns(model, teacher.model if teacher is not None else None)
         if teacher is not None:
             teacher.columns = self.columns
-        student: torch.nn.Module = MaskedLogits(model, self.columns)
+        student: torch.nn.Module = MaskedLogits(model, self.columns, compile=config.compile)
         self.unwrapped = student  # the held-out loss runs on the main rank alone: past DDP, no collectives
         if runtime.world_size > 1:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
@@ -546,7 +546,7 @@ def train(config: TrainConfig, deadline: float | None = None) -> dict:
         teacher_model, _ = load_model(
             config.teacher, dtype=config.dtype, device=runtime.device, seed=config.seed + 1
         )
-        teacher = MaskedLogits(teacher_model.requires_grad_(False).eval())
+        teacher = MaskedLogits(teacher_model.requires_grad_(False).eval(), compile=config.compile)
     summary: dict = {"out_dir": str(out_dir), "phases": [], "stopped": False}
     for phase in phases(config):
         final = out_dir / phase.name / FINAL

@@ -1,0 +1,75 @@
+"""The compiled training forward (``TrainConfig.compile``) is the eager one: the same logits and gradients
+to rounding in fp32, for batches of other lengths and sizes (the text layers' one graph takes any length),
+and with autograd off as the teacher and the held-out loss run it.
+
+On the CPU the graphs run through ``aot_eager`` (what Dynamo captures and AOT autograd differentiates, with
+no code generated: Inductor's C++ build of the same graphs takes minutes on two cores); on the GPU through
+Inductor, as training runs them.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import pytest
+import torch
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.training.collate import DiffusionCollator, model_rope_index
+from wamdiff2_ros.training.config import TrainConfig
+from wamdiff2_ros.training.forward import MaskedLogits
+
+
+def _logits_and_grads(forward: MaskedLogits, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    logits = forward(batch)
+    logits.square().mean().backward()
+    grads = {name: p.grad.clone() for name, p in forward.model.named_parameters() if p.grad is not None}
+    forward.model.zero_grad(set_to_none=True)
+    return logits.detach(), grads
+
+
+def _compiled_is_eager(model, examples, device: str) -> None:
+    model = copy.deepcopy(model).float().to(device).train()
+    eager, compiled = MaskedLogits(model), MaskedLogits(copy.deepcopy(model), compile=True)
+    collate = DiffusionCollator(model_rope_index(model), 8, schedule="stratified")
+    batches = [
+        collate(examples, torch.Generator().manual_seed(1)).to(device),
+        collate(examples[2:], torch.Generator().manual_seed(2)).to(device),  # one row, a shorter answer
+    ]
+    assert batches[0].input_ids.shape[1] != batches[1].input_ids.shape[1]
+    for batch in batches:
+        theirs, their_grads = _logits_and_grads(eager, batch)
+        mine, my_grads = _logits_and_grads(compiled, batch)
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+        assert my_grads.keys() == their_grads.keys()
+        assert any(name.startswith("model.visual.") for name in my_grads)
+        for name, grad in my_grads.items():
+            torch.testing.assert_close(grad, their_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad():  # the teacher's and the held-out loss's forward
+        torch.testing.assert_close(compiled(batches[0]), eager(batches[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_forward_gives_the_eager_logits_and_gradients(tiny_model, examples, monkeypatch):
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", partial(torch.compile, backend="aot_eager"))
+    _compiled_is_eager(tiny_model, examples, "cpu")
+    torch._dynamo.reset()  # the graphs hold the monkeypatched backend: no later test may find them
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run through the device tool)")
+def test_inductor_compiled_forward_gives_the_eager_logits_and_gradients_on_cuda(tiny_model, examples):
+    _compiled_is_eager(tiny_model, examples, "cuda")
+
+
+def test_compile_and_gradient_checkpointing_are_refused_together():
+    with pytest.raises(InputError, match="compile and gradient_checkpointing"):
+        TrainConfig(
+            stage="adapt",
+            model="tiny",
+            out_dir="x",
+            data={"planning": "p.json"},
+            compile=True,
+            gradient_checkpointing=True,
+        )
