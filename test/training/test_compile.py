@@ -63,13 +63,11 @@ def test_inductor_compiled_forward_gives_the_eager_logits_and_gradients_on_cuda(
     _compiled_is_eager(tiny_model, examples, "cuda")
 
 
-def test_compile_and_gradient_checkpointing_are_refused_together():
-    with pytest.raises(InputError, match="compile and gradient_checkpointing"):
+@pytest.mark.parametrize(
+    "keys", [{"gradient_checkpointing": True}, {"on_policy": True}, {"eval_data": {"planning": "e.json"}}]
+)
+def test_compile_is_refused_beside_checkpointing_and_decoding_with_the_model(keys):
+    with pytest.raises(InputError, match="compile goes with none of"):
         TrainConfig(
-            stage="adapt",
-            model="tiny",
-            out_dir="x",
-            data={"planning": "p.json"},
-            compile=True,
-            gradient_checkpointing=True,
+            stage="adapt", model="tiny", out_dir="x", data={"planning": "p.json"}, compile=True, **keys
         )

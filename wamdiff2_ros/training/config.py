@@ -89,7 +89,8 @@ class TrainConfig:
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         gradient_checkpointing: recompute activations in backward (reference: on, FSDP2).
         compile: run the vision tower's and the text layers' work through Inductor (``forward.py``): for small
-            models, whose steps are bound by kernel launches; the first steps take the compile time.
+            models, whose steps are bound by kernel launches; the first steps take the compile time. Not
+            with gradient checkpointing, on-policy answers or ``eval_data`` (they decode with the model).
         num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
         seed: seeds weights of presets, data order and masks.
         ckpt_every_steps: optimizer steps between resumable checkpoints (reference 100).
@@ -194,8 +195,10 @@ class TrainConfig:
             )
         if not 0.0 <= self.kd_ratio <= 1.0 or not 0.0 < self.jsd_beta < 1.0 or not self.temperature > 0:
             raise InputError("need 0 <= kd_ratio <= 1, 0 < jsd_beta < 1 and temperature > 0")
-        if self.compile and self.gradient_checkpointing:
-            raise InputError("compile and gradient_checkpointing do not go together: choose one")
+        if self.compile and (self.gradient_checkpointing or self.on_policy or self.eval_data):
+            # compile changes the model's text layers in place: the decoder that on_policy and eval_data
+            # run would go through them with its KV cache, which they were not compiled for
+            raise InputError("compile goes with none of gradient_checkpointing, on_policy and eval_data")
         self._check_stage()
 
     def _check_stage(self) -> None:
