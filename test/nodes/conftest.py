@@ -7,6 +7,7 @@ on loopback only, so no traffic leaves the machine) and a domain id of its own.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -20,11 +21,28 @@ import pytest
 TRANSPORT_PROFILE = Path(__file__).resolve().parents[2] / "config" / "fastdds_local_large_data.xml"
 os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(TRANSPORT_PROFILE)
 os.environ.pop("FASTDDS_BUILTIN_TRANSPORTS", None)  # would override the profile's transports
-# A domain id of this session's own, one per pytest-xdist worker: parallel sessions and workers do not
-# cross-talk (a worker's parent is the session's controlling process).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-_SESSION = os.getppid() if _WORKER else os.getpid()
-os.environ.setdefault("ROS_DOMAIN_ID", str(1 + _SESSION % 10 * 10 + int(_WORKER[2:] if _WORKER else 0) % 10))
+
+
+def _claim_domain_id() -> tuple[int, object]:
+    """A ROS domain id (1..100) no other test process on this machine holds, and the lock that holds it
+    for this process's life: concurrent sessions and pytest-xdist workers never share a domain, whatever
+    the shell exported (nodes and peers this process starts inherit it)."""
+    for domain in range(1, 101):
+        lock = open(f"/tmp/wamdiff2_ros_test_domain_{domain}.lock", "w")  # noqa: SIM115 (held until exit)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return domain, lock
+    raise RuntimeError("all ROS domain ids 1..100 are held by other test processes")
+
+
+_DOMAIN_ID, _DOMAIN_LOCK = _claim_domain_id()
+os.environ["ROS_DOMAIN_ID"] = str(_DOMAIN_ID)
+# Node processes plan on one thread, as this process does (test/conftest.py): with both cores busy, two
+# threads per process make every op wait at thread barriers.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import rclpy  # noqa: E402  (after the environment is set)
 from rclpy.qos import QoSProfile, qos_profile_sensor_data  # noqa: E402

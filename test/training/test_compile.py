@@ -30,6 +30,7 @@ def _logits_and_grads(forward: MaskedLogits, batch) -> tuple[torch.Tensor, dict[
 
 
 def _compiled_is_eager(model, examples, device: str) -> None:
+    torch._dynamo.utils.counters.clear()
     model = copy.deepcopy(model).float().to(device).train()
     eager, compiled = MaskedLogits(model), MaskedLogits(copy.deepcopy(model), compile=True)
     collate = DiffusionCollator(model_rope_index(model), 8, schedule="stratified")
@@ -48,13 +49,22 @@ def _compiled_is_eager(model, examples, device: str) -> None:
             torch.testing.assert_close(grad, their_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     with torch.no_grad():  # the teacher's and the held-out loss's forward
         torch.testing.assert_close(compiled(batches[0]), eager(batches[0]), rtol=1e-5, atol=1e-5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # compiled, not eager in disguise
 
 
-def test_compiled_forward_gives_the_eager_logits_and_gradients(tiny_model, examples, monkeypatch):
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """torch.compile through ``aot_eager`` for the test; its graphs are dropped before and after."""
     torch._dynamo.reset()
     monkeypatch.setattr(torch, "compile", partial(torch.compile, backend="aot_eager"))
+    try:
+        yield
+    finally:
+        torch._dynamo.reset()  # the graphs hold the monkeypatched backend: no later test may find them
+
+
+def test_compiled_forward_gives_the_eager_logits_and_gradients(tiny_model, examples, aot_eager):
     _compiled_is_eager(tiny_model, examples, "cpu")
-    torch._dynamo.reset()  # the graphs hold the monkeypatched backend: no later test may find them
 
 
 @pytest.mark.gpu

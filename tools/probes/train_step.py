@@ -3,8 +3,8 @@
 Generates a small scene set, makes the seeing recipe's initial model, then trains its AR teacher for a few
 dozen steps in several configurations (micro-batch size, loader processes, compiled or not) and profiles one
 step of each with torch.profiler (CPU and CUDA): the step's wall time against its kernels' time, the
-launches and the host syncs. Usage on the device machine, carrying ``train_wheels`` (about 100 s with the
-machine's start):
+launches and the host syncs. Usage on the device machine, carrying ``train_wheels`` (4-5 minutes with the
+machine's start: the compiled variants compile first):
 ``python3 -m pip install -q --no-index --no-deps --target /tmp/site train_wheels/*.whl &&
 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 python3 tools/probes/train_step.py $OUT/probe``; it prints a
 summary and writes OUT_DIR/train_step.json (DEVICE, a second argument, defaults to cuda).
