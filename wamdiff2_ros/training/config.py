@@ -89,7 +89,7 @@ class TrainConfig:
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         gradient_checkpointing: recompute activations in backward (reference: on, FSDP2).
         compile: run the vision tower's and the text layers' work through Inductor (``forward.py``): for small
-            models, whose steps are bound by kernel launches; the first steps take the compile time. Not
+            models, whose steps look bound by kernel launches; the first steps take the compile time. Not
             with gradient checkpointing, on-policy answers or ``eval_data`` (they decode with the model).
         num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
         seed: seeds weights of presets, data order and masks.

@@ -7,7 +7,7 @@ only (``loss_columns``): every other id is -inf, so the softmax, the CE and the 
 the full-width ones, without a (n, 151,936) tensor. The vision tower runs batched
 (``fast_vision.LeanVision.batch``, transformers' tower bit for bit) when a batch's frames share one grid, as
 a camera's do; mixed grids go through transformers' tower. With ``compile`` the tower's work between attention
-calls and each text decoder layer run through Inductor: the small models' steps are bound by the launches of
+calls and each text decoder layer run through Inductor: the small models' steps look bound by the launches of
 some 2,300 small ops a micro-batch (docs/BENCHMARKS.md, "Training throughput"), which fused kernels cut.
 """
 
