@@ -144,3 +144,17 @@ def test_stage_two_ignores_the_teacher_where_it_was_never_taught(examples, rope_
             for t in (logits, scrambled)
         )
     assert clean["jsd"] == noisy["jsd"] and clean["top_k_overlap"] == noisy["top_k_overlap"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run through the device tool)")
+def test_a_pinned_batch_copies_asynchronously_to_the_same_values(examples, rope_index):
+    collate = DiffusionCollator(rope_index, 8, schedule="stratified")
+    batch = collate(examples, torch.Generator().manual_seed(0))
+    pinned = batch.pin_memory()
+    assert all(t.is_pinned() for t in vars(pinned).values() if isinstance(t, torch.Tensor))
+    moved = pinned.to("cuda", torch.bfloat16, non_blocking=True)
+    for name, value in vars(batch).items():
+        if isinstance(value, torch.Tensor):
+            dtype = torch.bfloat16 if name == "pixel_values" else value.dtype
+            torch.testing.assert_close(getattr(moved, name).cpu(), value.to(dtype), rtol=0, atol=0, msg=name)

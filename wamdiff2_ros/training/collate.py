@@ -69,15 +69,26 @@ class DiffusionBatch:
         """Real (non-padding) tokens in the batch: sum of P + 2R."""
         return int((self.prefix_lens + 2 * self.response_lens).sum())
 
-    def to(self, device: torch.device | str, float_dtype: torch.dtype = torch.float32) -> DiffusionBatch:
-        """The batch on ``device``; pixel values in ``float_dtype`` (the model's)."""
+    def to(
+        self, device: torch.device | str, float_dtype: torch.dtype = torch.float32, non_blocking: bool = False
+    ) -> DiffusionBatch:
+        """The batch on ``device``; pixel values in ``float_dtype`` (the model's). ``non_blocking`` copies a
+        pinned batch asynchronously (the caller keeps it alive until the copies are used)."""
         moved = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
-                value = value.to(device, float_dtype) if f.name == "pixel_values" else value.to(device)
+                dtype = float_dtype if f.name == "pixel_values" else value.dtype
+                value = value.to(device, dtype, non_blocking=non_blocking)
             moved[f.name] = value
         return replace(self, **moved)
+
+    def pin_memory(self) -> DiffusionBatch:
+        """The batch in page-locked host memory (the DataLoader's ``pin_memory`` calls this): a CUDA copy
+        from pageable memory goes through a staging buffer at a few GB/s and blocks the host (on the H200
+        ~80 ms of a 0.25 s training step at 256 frames of 256x144 px: 226 MB of fp32 patches)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{k: v.pin_memory() for k, v in pinned.items() if isinstance(v, torch.Tensor)})
 
 
 def stratified_mask_ratios(num_blocks: int, generator: torch.Generator) -> torch.Tensor:

@@ -329,6 +329,7 @@ class PhaseTrainer:
             sampler=range(first, end),
             num_workers=self.config.num_workers,
             collate_fn=_as_is,
+            pin_memory=self.runtime.device.type == "cuda",  # then _micro_step's copies are asynchronous
         )
         return iter(loader)
 
@@ -343,7 +344,12 @@ class PhaseTrainer:
                 block = self.phase.block_size
                 examples = regenerate(self.model, self.tokenizer, examples, self.config, block)
             batch = self.collate(step * self.accumulation + micro, examples)
-        batch = batch.to(self.runtime.device, self.model.dtype)
+        cost = {  # from the host's copy: read on the device, these would wait for the step's kernels
+            "seq_lens": (batch.prefix_lens + 2 * batch.response_lens).tolist(),
+            "head_positions": int(batch.loss_mask.sum()),
+            "image_patches": [] if batch.image_grid_thw is None else batch.image_grid_thw.prod(-1).tolist(),
+        }
+        batch = batch.to(self.runtime.device, self.model.dtype, non_blocking=True)
         samples = self.config.local_batch_size * self.accumulation
         last = micro == self.accumulation - 1
         sync = contextlib.nullcontext() if last or self.runtime.world_size == 1 else self.student.no_sync()
@@ -357,11 +363,6 @@ class PhaseTrainer:
             out["loss"].backward()  # outside autocast: backward ops take the forward's dtypes
         metrics = {k: v for k, v in out.items() if k != "loss"}
         metrics["loss"] = float(out["loss"].detach())
-        cost = {
-            "seq_lens": (batch.prefix_lens + 2 * batch.response_lens).tolist(),
-            "head_positions": int(batch.loss_mask.sum()),
-            "image_patches": [] if batch.image_grid_thw is None else batch.image_grid_thw.prod(-1).tolist(),
-        }
         return metrics, cost
 
     def _schedule_position(self, step: int) -> float:
