@@ -25,12 +25,18 @@ from wamdiff2_ros.training.recipe import load_recipe, run_recipe
 
 PROFILED_STEP = 30
 VARIANTS = {  # name: keys over the recipe's training block (batches pinned on CUDA since 2026-12-03)
-    "micro128": {"local_batch_size": 128, "num_workers": 14},
-    "micro256": {"local_batch_size": 256, "num_workers": 14},
-    # bf16 autocast: tensor-core GEMMs and a bf16 attention kernel (fp32 ran on FFMA and the f32
-    # memory-efficient kernel: ~45 % of the step's kernel time on 2026-12-03)
+    # (fp32, 256 in one micro-batch, pinned: 0.209 s a step on 2026-12-03; 128: 0.262)
+    # bf16 autocast: tensor-core GEMMs and cuDNN's flash attention (in fp32 FFMA and the f32
+    # memory-efficient kernel took ~60 % of the step's kernel time on 2026-12-03)
     "micro256_bf16": {"local_batch_size": 256, "num_workers": 14, "autocast_bf16": True},
     "micro128_bf16": {"local_batch_size": 128, "num_workers": 14, "autocast_bf16": True},
+    # a step of 512 in one micro-batch: is the step's host time fixed per micro-batch?
+    "micro512_bf16": {
+        "global_batch_size": 512,
+        "local_batch_size": 512,
+        "num_workers": 14,
+        "autocast_bf16": True,
+    },
     # TrainConfig.compile: Inductor over the vision pieces and the text layers (fewer, fused kernels)
     "micro256_bf16_compiled": {
         "local_batch_size": 256,
@@ -47,6 +53,8 @@ def _summary(prof: torch.profiler.profile, wall_s: float) -> dict:
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     kernel_us = sum(e.self_device_time_total for e in kernels)
     top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]
+    cpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    top_cpu = sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:20]
     runtime = {e.key: e.count for e in events if e.key.startswith("cuda")}
     return {
         "wall_ms": wall_s * 1e3,
@@ -55,6 +63,9 @@ def _summary(prof: torch.profiler.profile, wall_s: float) -> dict:
         "launches": runtime.get("cudaLaunchKernel", 0) + runtime.get("cuLaunchKernel", 0),
         "syncs": {name: runtime.get(name, 0) for name in SYNC_CALLS},
         "top_kernels_ms": {e.key[:90]: round(e.self_device_time_total / 1e3, 3) for e in top},
+        # where the host's time goes (self time: a Python-level op's children are not in it)
+        "top_cpu_ms": {e.key[:90]: round(e.self_cpu_time_total / 1e3, 3) for e in top_cpu},
+        "cpu_ops": sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CPU),
     }
 
 
