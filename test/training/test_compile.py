@@ -29,7 +29,14 @@ def _logits_and_grads(forward: MaskedLogits, batch) -> tuple[torch.Tensor, dict[
     return logits.detach(), grads
 
 
+# Tolerances in fp32: on the CPU aot_eager reorders nothing (rounding only); on CUDA Inductor's Triton kernels
+# reduce in other orders and use the fast exp/rsqrt (logits 3.7e-5 apart at most on the H200, 2026-12-03)
+TOLERANCES = {"cpu": {"logits": 1e-5, "grad_rtol": 1e-4, "grad_atol": 1e-6}}
+TOLERANCES["cuda"] = {"logits": 2e-4, "grad_rtol": 1e-3, "grad_atol": 1e-5}
+
+
 def _compiled_is_eager(model, examples, device: str) -> None:
+    tol = TOLERANCES[device]
     torch._dynamo.utils.counters.clear()
     model = copy.deepcopy(model).float().to(device).train()
     eager, compiled = MaskedLogits(model), MaskedLogits(copy.deepcopy(model), compile=True)
@@ -42,13 +49,16 @@ def _compiled_is_eager(model, examples, device: str) -> None:
     for batch in batches:
         theirs, their_grads = _logits_and_grads(eager, batch)
         mine, my_grads = _logits_and_grads(compiled, batch)
-        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mine, theirs, rtol=tol["logits"], atol=tol["logits"])
         assert my_grads.keys() == their_grads.keys()
         assert any(name.startswith("model.visual.") for name in my_grads)
         for name, grad in my_grads.items():
-            torch.testing.assert_close(grad, their_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+            torch.testing.assert_close(
+                grad, their_grads[name], rtol=tol["grad_rtol"], atol=tol["grad_atol"], msg=name
+            )
     with torch.no_grad():  # the teacher's and the held-out loss's forward
-        torch.testing.assert_close(compiled(batches[0]), eager(batches[0]), rtol=1e-5, atol=1e-5)
+        no_grad = compiled(batches[0]), eager(batches[0])
+        torch.testing.assert_close(*no_grad, rtol=tol["logits"], atol=tol["logits"])
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # compiled, not eager in disguise
 
 
