@@ -349,7 +349,7 @@ def test_reduced_vocabulary_losses_on_kept_columns_equal_the_full_width_losses(
         MaskedLogits(student, columns), MaskedLogits(teacher, columns), batch, 3, config, columns
     )
     for key in ("ce", "jsd", "top_k_overlap"):
-        assert narrow[key] == pytest.approx(full[key], rel=1e-5), key
+        assert float(narrow[key]) == pytest.approx(float(full[key]), rel=1e-5), key
     # A full-vocabulary teacher: full width, and the student's -inf columns add nothing (not NaN).
     assert math.isfinite(
         distill_loss(MaskedLogits(student), MaskedLogits(tiny_model), batch, 3, config)["jsd"]

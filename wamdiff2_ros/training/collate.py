@@ -51,6 +51,9 @@ class DiffusionBatch:
     labels: torch.Tensor  # (b, L) int64: the clean token at masked noisy positions, IGNORE elsewhere
     noise_level: torch.Tensor  # (b, L) float32: t of the token's block (MIN_NOISE outside the noisy copy)
     loss_mask: torch.Tensor  # (b, L) bool: positions whose input is MASK_ID
+    # (n,) int64: flat (b * L) indices of loss_mask's positions, row-major, found on the host: a boolean
+    # index on the device makes the host wait for the count (a sync in the forward and in the backward)
+    masked_positions: torch.Tensor
     attention_mask: torch.Tensor  # (b, 1, L, L) bool, True = attend
     position_ids: torch.Tensor  # (3, b, L) int64 M-RoPE positions; the noisy copy reuses the clean ones
     mm_token_type_ids: torch.Tensor  # (b, L) int32: 1 at <|image_pad|>
@@ -72,12 +75,13 @@ class DiffusionBatch:
     def to(
         self, device: torch.device | str, float_dtype: torch.dtype = torch.float32, non_blocking: bool = False
     ) -> DiffusionBatch:
-        """The batch on ``device``; pixel values in ``float_dtype`` (the model's). ``non_blocking`` copies a
-        pinned batch asynchronously (the caller keeps it alive until the copies are used)."""
+        """The batch on ``device``; pixel values in ``float_dtype`` (the model's); the image grids stay on the
+        host, which reads them. ``non_blocking`` copies a pinned batch asynchronously (the caller keeps it
+        alive until the copies are used)."""
         moved = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and f.name != "image_grid_thw":
                 dtype = float_dtype if f.name == "pixel_values" else value.dtype
                 value = value.to(device, dtype, non_blocking=non_blocking)
             moved[f.name] = value
@@ -210,11 +214,13 @@ class DiffusionCollator:
                 taught = math.ceil(row["answer_len"] / self.teacher_block_size) * self.teacher_block_size
                 teacher_targets[i, start : start + min(taught, row["response_len"])] = True
             teacher_targets &= input_ids == MASK_ID
+        loss_mask = input_ids == MASK_ID
         return DiffusionBatch(
             input_ids=input_ids,
             labels=labels,
             noise_level=noise,
-            loss_mask=input_ids == MASK_ID,
+            loss_mask=loss_mask,
+            masked_positions=loss_mask.flatten().nonzero()[:, 0],
             attention_mask=training_mask_batch(
                 prefix_lens, response_lens, self.block_size, total, clean_sees_noisy=self.clean_sees_noisy
             ),

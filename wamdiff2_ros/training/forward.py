@@ -75,14 +75,14 @@ class MaskedLogits(torch.nn.Module):
         vision: dict = {}
         grids = batch.image_grid_thw
         batched = not self.model.is_activation_checkpointing  # transformers' tower recomputes its blocks
-        if batch.pixel_values is not None and batched and bool((grids == grids[:1]).all()):
+        if batch.pixel_values is not None and batched and bool((grids == grids[:1]).all()):  # on the host
             features = self.vision.batch(batch.pixel_values, grids)
             image = BaseModelOutputWithDeepstackFeatures(
                 pooler_output=(features.image,), deepstack_features=[(f,) for f in features.deepstack]
             )
-            vision = {"mm_encoder_outputs": {"image": image}, "image_grid_thw": grids}
+            vision = {"mm_encoder_outputs": {"image": image}}
         elif batch.pixel_values is not None:
-            vision = {"pixel_values": batch.pixel_values, "image_grid_thw": grids}
+            vision = {"pixel_values": batch.pixel_values, "image_grid_thw": grids.to(batch.input_ids.device)}
         out = self.model.model(
             input_ids=batch.input_ids,
             attention_mask=mask,
@@ -91,7 +91,7 @@ class MaskedLogits(torch.nn.Module):
             use_cache=False,
             **vision,
         )
-        hidden = out.last_hidden_state[batch.loss_mask]  # (n, H)
+        hidden = out.last_hidden_state.flatten(0, 1)[batch.masked_positions]  # (n, H)
         return head_logits(self.model, hidden[None], self.columns)[0]
 
 
@@ -114,12 +114,13 @@ def masked_targets(
     Raises:
         InputError: an answer token is not among the columns (a reduced model that never saw it).
     """
-    rows = batch.loss_mask.nonzero()[:, 0]
-    labels = batch.labels[batch.loss_mask]
+    positions = batch.masked_positions
+    rows = positions // batch.loss_mask.shape[1]
+    labels = batch.labels.flatten()[positions]
     if columns is not None:
         ids = labels
         labels = torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)
         if not bool((columns[labels] == ids).all()):
             missing = sorted(set(ids.tolist()) - set(columns.tolist()))[:5]
             raise InputError(f"answer tokens {missing} are outside the model's reduced vocabulary")
-    return labels, batch.noise_level[batch.loss_mask], rows
+    return labels, batch.noise_level.flatten()[positions], rows

@@ -361,8 +361,7 @@ class PhaseTrainer:
                 else:
                     out = distill_loss(self.student, self.teacher, batch, samples, self.config, self.columns)
             out["loss"].backward()  # outside autocast: backward ops take the forward's dtypes
-        metrics = {k: v for k, v in out.items() if k != "loss"}
-        metrics["loss"] = float(out["loss"].detach())
+        metrics = {k: float(v) for k, v in out.items()}  # after the backward is queued: one wait
         return metrics, cost
 
     def _schedule_position(self, step: int) -> float:

@@ -97,11 +97,12 @@ def diffusion_loss(
         columns: the student's logit columns (``forward.loss_columns``), None for the whole vocabulary.
 
     Returns:
-        ``{"loss": tensor, "ce": float}``.
+        ``{"loss": tensor, "ce": detached tensor}`` (the caller reads it after the backward: reading it here
+        would make the host wait for the forward before it queues the backward).
     """
     labels, noise, rows = masked_targets(batch, columns)
     loss = weighted_masked_ce(student(batch), labels, noise, rows, batch.response_lens, num_samples)
-    return {"loss": loss, "ce": float(loss.detach())}
+    return {"loss": loss, "ce": loss.detach()}
 
 
 def distill_loss(
@@ -123,7 +124,7 @@ def distill_loss(
         columns: the logit columns of student and teacher (``forward.loss_columns``), None for all.
 
     Returns:
-        ``{"loss": tensor, "ce": float, "jsd": float, "top_k_overlap": float}``.
+        ``{"loss": tensor, "ce": detached tensor, "jsd": detached tensor, "top_k_overlap": float}``.
     """
     labels, noise, rows = masked_targets(batch, columns)
     student_logits = student(batch)
@@ -131,7 +132,7 @@ def distill_loss(
         teacher_logits = teacher(batch, teacher_mask=True)
     # The JSD only where the teacher was taught: a smaller-block teacher never learnt the <|im_end|> padding
     # past its own block multiple (an AR teacher none at all), and matching its guesses there trains garbage.
-    taught = batch.teacher_targets[batch.loss_mask]
+    taught = batch.teacher_targets.flatten()[batch.masked_positions]
     jsd = symmetric_jsd(
         student_logits[taught],
         teacher_logits[taught],
@@ -145,8 +146,8 @@ def distill_loss(
     loss = (1.0 - config.kd_ratio) * ce + config.kd_ratio * jsd
     return {
         "loss": loss,
-        "ce": float(ce.detach()),
-        "jsd": float(jsd.detach()),
+        "ce": ce.detach(),
+        "jsd": jsd.detach(),
         "top_k_overlap": top_k_overlap(student_logits[taught], teacher_logits[taught], config.top_k_overlap),
     }
 
