@@ -57,6 +57,7 @@ class DiffusionBatch:
     attention_mask: torch.Tensor  # (b, 1, L, L) bool, True = attend
     position_ids: torch.Tensor  # (3, b, L) int64 M-RoPE positions; the noisy copy reuses the clean ones
     mm_token_type_ids: torch.Tensor  # (b, L) int32: 1 at <|image_pad|>
+    image_positions: torch.Tensor  # (m,) int64: flat (b * L) indices of the <|image_pad|> tokens, row-major
     pixel_values: torch.Tensor | None  # (patches, 1536) float32, images of all samples in order
     image_grid_thw: torch.Tensor | None  # (images, 3) int64
     prefix_lens: torch.Tensor  # (b,) int64 P
@@ -226,6 +227,7 @@ class DiffusionCollator:
             ),
             position_ids=positions,
             mm_token_type_ids=mm,
+            image_positions=mm.flatten().nonzero()[:, 0],
             pixel_values=torch.cat([p.pixel_values for p in images]) if images else None,
             image_grid_thw=torch.cat([p.image_grid_thw for p in images]) if images else None,
             prefix_lens=torch.tensor(prefix_lens),
