@@ -88,8 +88,9 @@ class TrainConfig:
             precision of the reference's FSDP2 bf16 (fp32 master weights; bf16 ones drop small updates).
         device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
         gradient_checkpointing: recompute activations in backward (reference: on, FSDP2).
-        compile: run the vision tower's and the text layers' work through Inductor (``forward.py``): for small
-            models, whose steps look bound by kernel launches; the first steps take the compile time. Not
+        compile: run the vision tower's and the text layers' work through Inductor (``forward.py``): fewer,
+            fused kernels (a small model's bf16 step on the H200: 49 ms of kernels against 86, the step
+            0.104 s against 0.108 while the host bound it); the first steps take the compile time. Not
             with gradient checkpointing, on-policy answers or ``eval_data`` (they decode with the model).
         num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
         seed: seeds weights of presets, data order and masks.
