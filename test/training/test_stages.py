@@ -81,7 +81,6 @@ def adapt_run(dataset_dir, sft_run, tmp_path_factory):
         "max_steps=5",
         f"eval_data={{planning: {dataset_dir / 'planning.json'}}}",
         "eval_samples=1",
-        "max_new_tokens=96",
     ]
     config = load_config(CONFIG_DIR / "train_adapt_tiny.yaml", overrides(dataset_dir, out, *extra))
     return out, train(config)

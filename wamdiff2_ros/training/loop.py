@@ -361,7 +361,8 @@ class PhaseTrainer:
                 else:
                     out = distill_loss(self.student, self.teacher, batch, samples, self.config, self.columns)
             out["loss"].backward()  # outside autocast: backward ops take the forward's dtypes
-        metrics = {k: float(v) for k, v in out.items()}  # after the backward is queued: one wait
+        # read after the backward is queued: one wait for the device a micro-batch
+        metrics = {k: float(v.detach()) if torch.is_tensor(v) else v for k, v in out.items()}
         return metrics, cost
 
     def _schedule_position(self, step: int) -> float:
