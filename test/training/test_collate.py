@@ -148,7 +148,7 @@ def test_stage_two_ignores_the_teacher_where_it_was_never_taught(examples, rope_
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run through the device tool)")
-def test_a_pinned_batch_copies_asynchronously_to_the_same_values(examples, rope_index):
+def test_a_pinned_batch_copies_without_blocking_to_the_same_values(examples, rope_index):
     collate = DiffusionCollator(rope_index, 8, schedule="stratified")
     batch = collate(examples, torch.Generator().manual_seed(0))
     pinned = batch.pin_memory()

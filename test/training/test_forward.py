@@ -1,10 +1,12 @@
 """The training forward's batched vision tower is transformers' tower: the same logits bit for bit and the
-same gradients to rounding in fp32 on the CPU, and batches whose frames differ in size still go through
+same gradients to rounding in fp32 on the CPU (also with a text-only sample beside a framed one: the image
+features placed by the collator's indices), and batches whose frames differ in size still go through
 transformers' tower."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 
@@ -63,3 +65,22 @@ def test_frames_of_different_sizes_go_through_transformers_tower(tiny_model, exa
     assert len(set(map(tuple, batch.image_grid_thw.tolist()))) == 2
     with torch.no_grad():
         assert torch.equal(MaskedLogits(model)(batch), _transformers_logits(model, batch))
+
+
+def test_a_batch_with_a_text_only_sample_gives_transformers_logits_and_gradients(
+    tiny_model, examples, tokenizer
+):
+    model = copy.deepcopy(tiny_model).float().train()
+    record = examples[2].record
+    question = record.user_text.replace("<image>", "")
+    text_only = dataclasses.replace(record, image_path=None, user_text=question)
+    mixed = [examples[0], tokenize_record(text_only, tokenizer, min_pixels=3136, max_pixels=3136)]
+    batch = _batch(model, mixed)
+    assert len(batch.image_grid_thw) == 1 and len(batch.image_positions) > 0  # one sample sees a frame
+    theirs = _transformers_logits(model, batch)
+    their_grads = _loss_and_grads(model, theirs)
+    mine = MaskedLogits(model)(batch)
+    my_grads = _loss_and_grads(model, mine)
+    assert torch.equal(mine, theirs)
+    for name, grad in my_grads.items():
+        torch.testing.assert_close(grad, their_grads[name], rtol=1e-6, atol=1e-9, msg=name)

@@ -73,6 +73,9 @@ def _summary(prof: torch.profiler.profile, wall_s: float) -> dict:
 
 def main(out_dir: Path, only: str = "", device: str = "cuda", samples: int = 1536) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    unknown = set(only.split(",")) - set(VARIANTS) - {""}
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     names = [n for n in VARIANTS if not only or n in only.split(",")]
     profiles: dict[str, dict] = {}
     original = loop.PhaseTrainer._step
