@@ -120,6 +120,10 @@ def test_teacher_targets_stop_at_the_answer_padded_to_the_teachers_block(
         want[noisy : noisy + taught] = True  # every answer token is masked on the full schedule
         assert torch.equal(batch.teacher_targets[row], want)
     assert not batch.teacher_targets[~batch.loss_mask].any()
+    # the host's indices: the masked positions in row-major order, the teacher targets among them
+    assert torch.equal(batch.masked_positions, batch.loss_mask.flatten().nonzero()[:, 0])
+    assert torch.equal(batch.taught_rows, batch.teacher_targets[batch.loss_mask].nonzero()[:, 0])
+    assert torch.equal(batch.image_positions, (batch.mm_token_type_ids == 1).flatten().nonzero()[:, 0])
 
 
 def test_stage_two_ignores_the_teacher_where_it_was_never_taught(examples, rope_index, tiny_model):

@@ -75,5 +75,5 @@ def test_jsd_is_zero_for_identical_logits_and_sends_no_gradient_to_the_teacher()
 def test_top_k_overlap_counts_shared_tokens():
     student = torch.tensor([[5.0, 4.0, 3.0, 0.0, 0.0]])  # top-2 {0, 1}
     teacher = torch.tensor([[5.0, 0.0, 4.0, 0.0, 0.0]])  # top-2 {0, 2}
-    assert top_k_overlap(student, teacher, k=2) == pytest.approx(0.5)
-    assert top_k_overlap(student, student, k=3) == pytest.approx(1.0)
+    assert float(top_k_overlap(student, teacher, k=2)) == pytest.approx(0.5)
+    assert float(top_k_overlap(student, student, k=3)) == pytest.approx(1.0)

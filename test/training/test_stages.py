@@ -21,7 +21,7 @@ from wamdiff2_ros.model.checkpoint import load_checkpoint
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.training.collate import DiffusionCollator, model_rope_index
 from wamdiff2_ros.training.config import load_config
-from wamdiff2_ros.training.forward import MaskedLogits, masked_targets
+from wamdiff2_ros.training.forward import MaskedLogits, check_answer_columns, masked_targets
 from wamdiff2_ros.training.loop import train
 from wamdiff2_ros.training.losses import symmetric_jsd, weighted_masked_ce
 
@@ -355,4 +355,4 @@ def test_reduced_vocabulary_losses_on_kept_columns_equal_the_full_width_losses(
     )
     batch.labels[batch.loss_mask] = 2000  # not a kept id: a clear error, not a wrong class
     with pytest.raises(InputError, match="2000"):
-        masked_targets(batch, columns)
+        check_answer_columns(batch, columns)

@@ -67,6 +67,9 @@ class DiffusionBatch:
     # (b, L) bool: masked positions inside the answer padded to the teacher's block size, the ones the teacher
     # was trained to predict (past them it only ever saw padding it was never asked for)
     teacher_targets: torch.Tensor | None = None
+    # (t,) int64: which of the n masked positions (``masked_positions``' order) are teacher targets, found on
+    # the host as the positions are
+    taught_rows: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -200,7 +203,9 @@ class DiffusionCollator:
         prefix_lens = [r["prefix_len"] for r in rows]
         response_lens = [r["response_len"] for r in rows]
         images = [e.prompt for e in examples if e.prompt.pixel_values is not None]
-        teacher_mask = teacher_targets = None
+        teacher_mask = teacher_targets = taught_rows = None
+        loss_mask = input_ids == MASK_ID
+        loss_positions = loss_mask.flatten().nonzero()[:, 0]
         if self.teacher_block_size is not None:
             teacher_mask = training_mask_batch(
                 prefix_lens,
@@ -215,13 +220,13 @@ class DiffusionCollator:
                 taught = math.ceil(row["answer_len"] / self.teacher_block_size) * self.teacher_block_size
                 teacher_targets[i, start : start + min(taught, row["response_len"])] = True
             teacher_targets &= input_ids == MASK_ID
-        loss_mask = input_ids == MASK_ID
+            taught_rows = teacher_targets.flatten()[loss_positions].nonzero()[:, 0]
         return DiffusionBatch(
             input_ids=input_ids,
             labels=labels,
             noise_level=noise,
             loss_mask=loss_mask,
-            masked_positions=loss_mask.flatten().nonzero()[:, 0],
+            masked_positions=loss_positions,
             attention_mask=training_mask_batch(
                 prefix_lens, response_lens, self.block_size, total, clean_sees_noisy=self.clean_sees_noisy
             ),
@@ -235,6 +240,7 @@ class DiffusionCollator:
             block_size=self.block_size,
             teacher_attention_mask=teacher_mask,
             teacher_targets=teacher_targets,
+            taught_rows=taught_rows,
         )
 
     def _row(self, example: Example, generator: torch.Generator) -> dict:

@@ -125,18 +125,28 @@ def masked_targets(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(labels (n,), mask ratio t (n,), batch row (n,)) of the masked positions, in ``MaskedLogits`` order.
 
-    With ``columns`` the labels are positions in it (the class indices of the column logits).
-
-    Raises:
-        InputError: an answer token is not among the columns (a reduced model that never saw it).
+    With ``columns`` the labels are positions in it (the class indices of the column logits): the batch's
+    answers must hold only kept ids, as ``check_answer_columns`` checks on the host before the batch moves
+    (a check here would wait for the device).
     """
     positions = batch.masked_positions
     rows = positions // batch.loss_mask.shape[1]
     labels = batch.labels.flatten()[positions]
     if columns is not None:
-        ids = labels
-        labels = torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)
-        if not bool((columns[labels] == ids).all()):
-            missing = sorted(set(ids.tolist()) - set(columns.tolist()))[:5]
-            raise InputError(f"answer tokens {missing} are outside the model's reduced vocabulary")
+        labels = torch.searchsorted(columns, labels).clamp_max(len(columns) - 1)
     return labels, batch.noise_level.flatten()[positions], rows
+
+
+def check_answer_columns(batch: DiffusionBatch, columns: torch.Tensor | None) -> None:
+    """Refuse a batch whose answers hold an id outside ``columns`` (a reduced model that never saw it).
+
+    Raises:
+        InputError: an answer token is not among the columns.
+    """
+    if columns is None:
+        return
+    ids = batch.labels.flatten()[batch.masked_positions].to(columns.device)
+    found = columns[torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)] == ids
+    if not bool(found.all()):
+        missing = sorted(set(ids.tolist()) - set(columns.tolist()))[:5]
+        raise InputError(f"answer tokens {missing} are outside the model's reduced vocabulary")

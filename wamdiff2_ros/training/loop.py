@@ -30,7 +30,7 @@ from wamdiff2_ros.training.collate import DiffusionBatch, DiffusionCollator, mod
 from wamdiff2_ros.training.config import TrainConfig, dump_config
 from wamdiff2_ros.training.data import Example, Record, RecordDataset, epoch_order, load_task_records
 from wamdiff2_ros.training.evaluate import evaluate_records
-from wamdiff2_ros.training.forward import MaskedLogits, loss_columns
+from wamdiff2_ros.training.forward import MaskedLogits, check_answer_columns, loss_columns
 from wamdiff2_ros.training.report import append_metrics, plot_loss
 from wamdiff2_ros.training.stages import (
     Phase,
@@ -240,6 +240,7 @@ class PhaseTrainer:
         self.warmup = min(config.warmup_steps_max, int(config.warmup_fraction * self.total_steps))
         self.optimizer = make_optimizer(model, config)
         self.columns = loss_columns(model, teacher.model if teacher is not None else None)
+        self.host_columns = None if self.columns is None else self.columns.cpu()  # the answers' check
         if teacher is not None:
             teacher.columns = self.columns
         student: torch.nn.Module = MaskedLogits(model, self.columns, compile=config.compile)
@@ -277,12 +278,15 @@ class PhaseTrainer:
         )
         generator = torch.Generator().manual_seed(config.seed + 104_729)
         size = config.local_batch_size
-        return [
+        batches = [
             self.collate.collator(
                 [dataset[i] for i in range(start, min(start + size, len(chosen)))], generator
             )
             for start in range(0, len(chosen), size)
         ]
+        for batch in batches:
+            check_answer_columns(batch, self.host_columns)
+        return batches
 
     @torch.no_grad()
     def _heldout_row(self, step: int) -> dict:
@@ -344,6 +348,7 @@ class PhaseTrainer:
                 block = self.phase.block_size
                 examples = regenerate(self.model, self.tokenizer, examples, self.config, block)
             batch = self.collate(step * self.accumulation + micro, examples)
+        check_answer_columns(batch, self.host_columns)
         cost = {  # from the host's copy: read on the device, these would wait for the step's kernels
             "seq_lens": (batch.prefix_lens + 2 * batch.response_lens).tolist(),
             "head_positions": int(batch.loss_mask.sum()),

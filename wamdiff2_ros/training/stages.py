@@ -124,7 +124,7 @@ def distill_loss(
         columns: the logit columns of student and teacher (``forward.loss_columns``), None for all.
 
     Returns:
-        ``{"loss": tensor, "ce": detached tensor, "jsd": detached tensor, "top_k_overlap": float}``.
+        ``{"loss": tensor, "ce", "jsd", "top_k_overlap": detached tensors}`` (read after the backward).
     """
     labels, noise, rows = masked_targets(batch, columns)
     student_logits = student(batch)
@@ -132,10 +132,11 @@ def distill_loss(
         teacher_logits = teacher(batch, teacher_mask=True)
     # The JSD only where the teacher was taught: a smaller-block teacher never learnt the <|im_end|> padding
     # past its own block multiple (an AR teacher none at all), and matching its guesses there trains garbage.
-    taught = batch.teacher_targets.flatten()[batch.masked_positions]
+    taught = batch.taught_rows
+    student_taught, teacher_taught = student_logits[taught], teacher_logits[taught]
     jsd = symmetric_jsd(
-        student_logits[taught],
-        teacher_logits[taught],
+        student_taught,
+        teacher_taught,
         rows[taught],
         batch.response_lens,
         num_samples,
@@ -148,7 +149,7 @@ def distill_loss(
         "loss": loss,
         "ce": ce.detach(),
         "jsd": jsd.detach(),
-        "top_k_overlap": top_k_overlap(student_logits[taught], teacher_logits[taught], config.top_k_overlap),
+        "top_k_overlap": top_k_overlap(student_taught, teacher_taught, config.top_k_overlap),
     }
 
 
