@@ -133,8 +133,13 @@ def masked_targets(
     rows = positions // batch.loss_mask.shape[1]
     labels = batch.labels.flatten()[positions]
     if columns is not None:
-        labels = torch.searchsorted(columns, labels).clamp_max(len(columns) - 1)
+        labels = _column_index(columns, labels)
     return labels, batch.noise_level.flatten()[positions], rows
+
+
+def _column_index(columns: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Each id's position in the ascending ``columns`` (the last one's for an id past them all)."""
+    return torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)
 
 
 def check_answer_columns(batch: DiffusionBatch, columns: torch.Tensor | None) -> None:
@@ -146,7 +151,7 @@ def check_answer_columns(batch: DiffusionBatch, columns: torch.Tensor | None) ->
     if columns is None:
         return
     ids = batch.labels.flatten()[batch.masked_positions].to(columns.device)
-    found = columns[torch.searchsorted(columns, ids).clamp_max(len(columns) - 1)] == ids
+    found = columns[_column_index(columns, ids)] == ids
     if not bool(found.all()):
         missing = sorted(set(ids.tolist()) - set(columns.tolist()))[:5]
         raise InputError(f"answer tokens {missing} are outside the model's reduced vocabulary")
