@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from wamdiff2_ros.cli.main import main as cli_main
-from wamdiff2_ros.eval.paired import paired_ratio
+from wamdiff2_ros.eval.paired import episode_scores, paired_difference, paired_ratio
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
@@ -57,3 +57,33 @@ def test_paired_ratio_resamples_the_same_samples_on_both_sides() -> None:
     assert spread["low"] < spread["ratio"] < spread["high"]
     with pytest.raises(ValueError, match="paired samples"):
         paired_ratio(reference[:3], reference)
+
+
+def _report(path, policy: str, scores: dict[int, float]):
+    episodes = [{"seed": seed, "driving_score": score} for seed, score in scores.items()]
+    path.write_text(json.dumps({"policies": {policy: {"summary": {}, "episodes": episodes}}}))
+    return path
+
+
+def test_paired_drive_compares_the_same_seeds_of_two_reports(tmp_path, capsys) -> None:
+    rng = np.random.default_rng(0)
+    reference = {seed: float(rng.uniform(0.2, 1.0)) for seed in range(1000, 1040)}
+    better = {seed: min(1.0, score + 0.1) for seed, score in reference.items()}
+    first = _report(tmp_path / "a.json", "model", reference)
+    # listed in another order: episodes pair by seed
+    second = _report(tmp_path / "b.json", "model-scored", dict(reversed(better.items())))
+    out = tmp_path / "paired.json"
+    arguments = ["--reference", f"{first}:model", "--planner", f"{second}:model-scored", "--out", str(out)]
+    assert cli_main(["eval", "paired-drive", *arguments]) == 0
+    result = json.loads(out.read_text())
+    expected = np.mean([better[s] - reference[s] for s in reference])
+    assert result["episodes"] == 40 and result["difference"] == pytest.approx(expected)
+    assert 0.0 < result["low"] <= result["difference"] <= result["high"] <= 0.1 + 1e-12
+    assert "difference +0.0" in capsys.readouterr().out
+
+
+def test_paired_difference_needs_the_same_episodes(tmp_path) -> None:
+    with pytest.raises(ValueError, match="the same episodes"):
+        paired_difference({1: 0.5, 2: 0.4}, {1: 0.5, 3: 0.4})
+    with pytest.raises(KeyError, match="has no policy 'expert'"):
+        episode_scores(_report(tmp_path / "a.json", "model", {1: 0.5}), "expert")

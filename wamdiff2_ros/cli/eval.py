@@ -1,5 +1,6 @@
-"""``wamdiff2 eval open-loop|closed-loop|predict|paired``: score planners, always beside the expert and
-constant velocity; decode a checkpoint over a dataset's records; compare two planners sample by sample.
+"""``wamdiff2 eval open-loop|closed-loop|predict|paired|paired-drive``: score planners, always beside the
+expert and constant velocity; decode a checkpoint over a dataset's records; compare two planners sample by
+sample or episode by episode.
 
 Each verb parses, calls one function of ``wamdiff2_ros.eval``, writes its outputs (``report.json`` and PNG
 plots into ``--out``, or the answers file) and prints a table or summary. Heavy imports happen inside the
@@ -109,6 +110,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _add_trace(verbs)
     _add_predict(verbs)
     _add_paired(verbs)
+    _add_paired_drive(verbs)
 
 
 def _add_episode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +216,21 @@ def _add_paired(verbs: argparse._SubParsersAction) -> None:
     paired.set_defaults(func=run_paired)
 
 
+def _add_paired_drive(verbs: argparse._SubParsersAction) -> None:
+    paired = verbs.add_parser(
+        "paired-drive",
+        help="a policy's closed-loop driving score against a reference's on the same episodes, paired",
+        description="Each REPORT:POLICY is a closed-loop report.json and one of its policies (the two may "
+        "come from different runs over the same seeds). Prints both mean driving scores, their difference "
+        "and its 90 %% interval over resamples of the episodes.",
+    )
+    paired.add_argument("--reference", required=True, metavar="REPORT:POLICY", help="the reference policy")
+    paired.add_argument("--planner", required=True, metavar="REPORT:POLICY", help="the compared policy")
+    paired.add_argument("--resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
+    paired.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    paired.set_defaults(func=run_paired_drive)
+
+
 def run_predict(args: argparse.Namespace) -> int:
     import torch
 
@@ -287,6 +304,28 @@ def run_paired(args: argparse.Namespace) -> int:
     print(f"ratio {result['ratio']:.3f}, 90 % interval {result['low']:.3f} - {result['high']:.3f}")
     for data, one in result["sets"].items():
         print(f"  {data}: ratio {one['ratio']:.3f} ({one['samples']} samples)")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def run_paired_drive(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.errors import InputError
+    from wamdiff2_ros.eval.paired import episode_scores, paired_difference
+
+    def scores(spec: str) -> dict[int, float]:
+        report, _, policy = spec.rpartition(":")
+        if not report:
+            raise InputError(f"expected REPORT:POLICY, got {spec!r}")
+        return episode_scores(Path(report), policy)
+
+    result = paired_difference(scores(args.planner), scores(args.reference), resamples=args.resamples)
+    print(
+        f"episodes {result['episodes']}: driving score {result['score']:.3f} vs reference "
+        f"{result['reference_score']:.3f}"
+    )
+    low, high = result["low"], result["high"]
+    print(f"difference {result['difference']:+.3f}, 90 % interval {low:+.3f} .. {high:+.3f}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -1,12 +1,15 @@
-"""A planner's ADE relative to a reference planner's on the same samples, with a paired bootstrap interval.
+"""Two planners compared on the same samples or episodes, with paired bootstrap intervals.
 
-The model card's "B = 32 against its AR teacher" table: both planners' predictions over the same
-``wamdiff2 sim generate`` folders, pooled; the ratio of mean ADEs and its 90 % interval over resamples of
-the samples (the same resample for both planners, so their shared difficulty cancels).
+Open loop (the model card's "B = 32 against its AR teacher" table): both planners' predictions over the
+same ``wamdiff2 sim generate`` folders, pooled; the ratio of mean ADEs and its 90 % interval over resamples
+of the samples (the same resample for both planners, so their shared difficulty cancels). Closed loop: two
+policies' driving scores over the same seeded episodes (``eval closed-loop`` reports, from one run or two);
+the mean difference and its 90 % interval over resamples of the seeds.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +55,52 @@ def paired_ratio(planner: np.ndarray, reference: np.ndarray, resamples: int = 50
         "ade_m": float(planner.mean()),
         "reference_ade_m": float(reference.mean()),
         "ratio": float(planner.mean() / reference.mean()),
+        "low": float(low),
+        "high": float(high),
+    }
+
+
+def episode_scores(report: Path, policy: str) -> dict[int, float]:
+    """Driving score of each episode of one policy in a closed-loop ``report.json``, by scene seed.
+
+    Raises:
+        KeyError: the report has no such policy (the message lists those it has).
+    """
+    policies = json.loads(Path(report).read_text())["policies"]
+    if policy not in policies:
+        raise KeyError(f"{report} has no policy {policy!r}; it has {sorted(policies)}")
+    return {int(e["seed"]): float(e["driving_score"]) for e in policies[policy]["episodes"]}
+
+
+def paired_difference(
+    planner: dict[int, float], reference: dict[int, float], resamples: int = 5000, seed: int = 0
+) -> dict:
+    """Mean driving-score difference planner - reference over the same seeds, with its 90 % paired interval.
+
+    Args:
+        planner: per-seed driving score of the compared policy.
+        reference: per-seed driving score of the reference, over the same seeds.
+        resamples: bootstrap resamples of the seeds.
+        seed: the resampling's seed.
+
+    Returns:
+        ``episodes``, ``score``, ``reference_score``, ``difference``, and ``low`` and ``high`` (the 5th
+        and 95th percentiles of the resampled mean difference).
+
+    Raises:
+        ValueError: the two cover different seeds, or none.
+    """
+    if set(planner) != set(reference) or not planner:
+        raise ValueError(f"the same episodes needed, got {len(planner)} and {len(reference)} seeds")
+    seeds = sorted(planner)
+    differences = np.array([planner[s] - reference[s] for s in seeds])
+    draws = np.random.default_rng(seed).integers(0, len(seeds), (resamples, len(seeds)))
+    low, high = np.quantile(differences[draws].mean(1), [0.05, 0.95])
+    return {
+        "episodes": len(seeds),
+        "score": float(np.mean([planner[s] for s in seeds])),
+        "reference_score": float(np.mean([reference[s] for s in seeds])),
+        "difference": float(differences.mean()),
         "low": float(low),
         "high": float(high),
     }
