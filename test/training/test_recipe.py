@@ -167,3 +167,34 @@ def test_a_fresh_machine_gets_the_checkpoints_the_unfinished_steps_need() -> Non
         "runs/x/teacher",
     ]
     assert carried_outputs(recipe, {name: f"runs/x/{name}" for name in recipe.names}) == []
+
+
+def test_an_edited_recipe_makes_again_what_changed_and_what_reads_it(tmp_path) -> None:
+    path = _recipe(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["steps"] = raw["steps"][:5]  # scenes, init, teacher, small, packed
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    first = run_recipe(load_recipe(path), log=lambda line: None)
+    packed = Path(first["packed"])
+    raw["steps"][0]["workers"] = 2  # schedules the step, changes nothing it makes
+    raw["steps"][0]["expected_s"] = 5
+    raw["steps"][3]["vocab_from"] = ["scenes", "scenes"]  # small: a changed definition (same ids)
+    raw["steps"].append({"name": "repacked", "kind": "pack", "model": "teacher"})  # a new round
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    lines: list[str] = []
+    second = run_recipe(load_recipe(path), log=lines.append)
+    assert lines[:2] == [
+        "small (reduce_vocabulary): changed since the last run, to be made again",
+        "packed (pack): changed since the last run, to be made again",  # it reads small
+    ]
+    made = [line.split("]")[1].split()[0] for line in lines if "finished" in line]
+    assert made == ["small", "packed", "repacked"] and second["teacher"] == first["teacher"]
+    run = tmp_path / "run"
+    assert packed.exists() and "repacked" in json.loads((run / "recipe_state.json").read_text())
+    # the shared training keys are part of every training step's definition
+    raw["training"]["max_new_tokens"] = 64
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    lines.clear()
+    run_recipe(load_recipe(path), until="init", log=lines.append)
+    changed = [line.split()[0] for line in lines if "changed" in line]
+    assert changed == ["teacher", "small", "packed", "repacked"] and not (run / "teacher").exists()

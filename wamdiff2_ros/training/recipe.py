@@ -39,6 +39,14 @@ time limit) continues from its newest checkpoint, so a recipe spans as many jobs
 stops at it with a checkpoint to resume from, and a step whose optional ``expected_s`` (its seconds, for
 the steps that cannot stop halfway: data, rollouts, evaluations) no longer fits is left for the next job.
 The log (``recipe.log`` in the run folder) says when each step started and ended.
+
+A recipe edited between runs is compared with the copy the last run left in the run folder
+(``recipe.yaml``): a step whose definition changed (its keys, or for a training step the shared
+``training`` keys; not the keys that only schedule it: ``expected_s``, ``workers``, ``num_workers``,
+``ckpt_every_steps``) is made again, and so is every step that reads it, directly or through another; their
+folders are cleared first, so that no checkpoint of the old definition is resumed. Steps added to a recipe
+simply run, so a finished run goes on with a new round (a DAgger round, a longer stage) without redoing
+what did not change.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ KINDS = (
 )
 REFERENCES = ("model", "teacher", "data", "heldout")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
+SCHEDULING_KEYS = ("expected_s", "workers", "num_workers", "ckpt_every_steps")  # not what a step makes
 MIN_STEP_S = 30.0  # a step is not started with less time left (loading a model and the loader alone)
 INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
 
@@ -188,8 +197,6 @@ def run_recipe(
         raise InputError(f"--until {until!r} is not a step of {recipe.path}: {recipe.names}")
     run = Path(run_dir or recipe.run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    if recipe.path.resolve() != (run / "recipe.yaml").resolve():  # what the run was made from, beside it
-        shutil.copyfile(recipe.path, run / "recipe.yaml")
     state_path = run / STATE
     outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
     deadline = None if time_limit is None else time.time() + time_limit
@@ -199,6 +206,18 @@ def run_recipe(
         log(line)
         with (run / "recipe.log").open("a") as file:
             file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+    copy = run / "recipe.yaml"  # what the run was made from, beside it
+    if recipe.path.resolve() != copy.resolve():
+        if copy.exists():
+            for name in _changed_steps(recipe, yaml.safe_load(copy.read_text())):
+                step = recipe.steps[recipe.names.index(name)]
+                if name in outputs or context.folder(step).exists():  # a new step has nothing to clear
+                    outputs.pop(name, None)
+                    shutil.rmtree(context.folder(step), ignore_errors=True)
+                    note(f"{name} ({step['kind']}): changed since the last run, to be made again")
+            state_path.write_text(json.dumps(outputs, indent=1) + "\n")
+        shutil.copyfile(recipe.path, copy)
 
     remake = _missing_inputs(recipe, outputs, until)
     for index, step in enumerate(recipe.steps, 1):
@@ -225,6 +244,29 @@ def run_recipe(
         if name == until:
             break
     return outputs
+
+
+def _changed_steps(recipe: Recipe, previous: dict[str, Any]) -> list[str]:
+    """The steps to make again after the recipe changed from ``previous`` (the raw recipe of the last run):
+    those whose definition differs, a step that was not in it, and every step that reads one of them."""
+
+    def definition(step: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in step.items() if k not in SCHEDULING_KEYS}
+        if isinstance(kept.get("set"), dict):
+            kept["set"] = {k: v for k, v in kept["set"].items() if k not in SCHEDULING_KEYS}
+        return kept
+
+    before = {step["name"]: definition(step) for step in previous.get("steps", [])}
+    training_changed = definition(previous.get("training") or {}) != definition(recipe.training)
+    changed: list[str] = []
+    for step in recipe.steps:
+        if (
+            before.get(step["name"]) != definition(step)
+            or (step["kind"] == "train" and training_changed)
+            or any(ref in changed for ref in _references(step))
+        ):
+            changed.append(step["name"])
+    return changed
 
 
 def _missing_inputs(recipe: Recipe, outputs: dict[str, str], until: str | None) -> set[str]:
