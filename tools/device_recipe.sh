@@ -10,7 +10,8 @@
 # metrics or report, every training step's metrics.jsonl) and ckpt_<n>.tar.gz: the checkpoints the
 # unfinished steps need (`recipe.carried_outputs`, and `recipe.resume_checkpoints` of a training step the
 # limit cut short; data is remade from its seeds). On a fresh machine: untar
-# them all into runs/ here and carry `runs/<name>` beside `train_wheels`. The evaluations can run here on the
+# them all into runs/ here and carry `runs/<name>` beside `train_wheels`, in the first job only (a carried
+# path replaces the machine's copy: the later jobs would lose what the earlier made). The evaluations can run here on the
 # CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device cpu --until STEP` afterwards.
 set -uo pipefail
 recipe=$1 run=$2 seconds=$3
