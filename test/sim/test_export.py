@@ -107,3 +107,12 @@ def test_standing_starts_are_a_deterministic_fraction_of_the_episodes(tmp_path):
     assert draws == [standing_start(config, episode) for episode in range(2000)]
     assert 0.26 < sum(draws) / len(draws) < 0.34
     assert not any(standing_start(GenerateConfig(tmp_path, samples=1), e) for e in range(100))
+
+
+def test_highway_events_only_drives_highways_with_an_event_ahead(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=6, seed=5, camera=Camera().scaled_to_width(128), workers=1, highway_events_only=True
+    )
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    assert len(truths) == 6 and {t["kind"] for t in truths} == {"highway"}

@@ -25,6 +25,21 @@ def test_different_seeds_give_different_scenes():
     assert len({(f["n_lanes"], f["density"], f["event"]) for f in facts}) > 2
 
 
+def test_highway_events_only_puts_a_braking_or_stopped_car_ahead_and_keeps_the_rest_of_the_scene():
+    seeds = range(16)
+    usual = [make_scene(seed, "highway") for seed in seeds]
+    events = [make_scene(seed, "highway", highway_events_only=True) for seed in seeds]
+    assert {s.facts["event"] for s in events} == {"braking_lead", "stopped_obstacle"}
+    assert "none" in {s.facts["event"] for s in usual}
+    for plain, forced in zip(usual, events, strict=True):  # the same road: the event is one draw of many
+        assert (plain.facts["n_lanes"], plain.facts["density"]) == (
+            forced.facts["n_lanes"],
+            forced.facts["density"],
+        )
+        if plain.facts["event"] != "none":
+            assert forced.facts == plain.facts
+
+
 def test_seed_chooses_every_kind():
     assert {make_scene(seed).kind for seed in range(12)} == set(SCENE_KINDS)
 

@@ -56,6 +56,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=0.0,
         help="fraction of drives whose ego starts at rest, sampled from t = 0 (default 0)",
     )
+    gen.add_argument(
+        "--highway-events-only",
+        action="store_true",
+        help="every drive on a highway with a braking lead car or a stopped car ahead (training data for "
+        "braking and lane changes; otherwise one highway drive in two has such an event)",
+    )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(
         "dagger",
@@ -97,6 +103,7 @@ def run_generate(args: argparse.Namespace) -> int:
         workers=args.workers,
         min_int_digits=args.min_int_digits,
         standing_starts=args.standing_starts,
+        highway_events_only=args.highway_events_only,
     )
     start_s = time.perf_counter()
     summary = generate(config)

@@ -54,6 +54,8 @@ class GenerateConfig:
         standing_starts: fraction of episodes whose ego starts at rest, sampled from t = 0: the expert moving
             off from a standstill, which a model that stopped must learn to do (drawn per episode seed;
             0 leaves every episode as it was).
+        highway_events_only: every drive is a highway scene with a braking lead car or a stopped car ahead
+            (``make_scene``): the situations in which the ego must brake or change lanes, rare otherwise.
     """
 
     out_dir: Path
@@ -66,6 +68,7 @@ class GenerateConfig:
     workers: int = 0
     min_int_digits: int = 1
     standing_starts: float = 0.0
+    highway_events_only: bool = False
 
 
 def standing_start(config: GenerateConfig, episode: int) -> bool:
@@ -84,7 +87,8 @@ def episode_seed(seed: int, episode: int) -> int:
 def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     """Simulate one episode (writing its bag when asked); return its samples: PNG bytes, records, truth."""
     config, episode = job
-    scene = make_scene(episode_seed(config.seed, episode))
+    events = config.highway_events_only
+    scene = make_scene(episode_seed(config.seed, episode), "highway" if events else None, events)
     standing = standing_start(config, episode)
     if standing:
         scene.stand_still()

@@ -138,7 +138,11 @@ def _agent_state(vehicle, agent_id: int) -> AgentState:
     )
 
 
-def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
+HIGHWAY_EVENTS = ("none", "braking_lead", "stopped_obstacle")
+HIGHWAY_EVENT_WEIGHTS = (0.5, 0.25, 0.25)
+
+
+def _make_highway(seed: int, rng: np.random.Generator, events_only: bool = False) -> Scene:
     from highway_env.road.road import Road
     from highway_env.vehicle.kinematics import Vehicle
 
@@ -178,7 +182,9 @@ def _make_highway(seed: int, rng: np.random.Generator) -> Scene:
                 road.vehicles.append(other)
             s_m += spacing_m * float(rng.uniform(0.7, 1.5))
     events: list[SpeedEvent] = []
-    event_kind = str(rng.choice(["none", "braking_lead", "stopped_obstacle"], p=[0.5, 0.25, 0.25]))
+    event_kind = str(rng.choice(HIGHWAY_EVENTS, p=HIGHWAY_EVENT_WEIGHTS))
+    if events_only and event_kind == "none":  # a draw of its own: the scene's other draws stay as they were
+        event_kind = str(np.random.default_rng([seed, 2]).choice(HIGHWAY_EVENTS[1:]))
     if event_kind != "none":
         lead_s_m = ego_s_m + (35.0 if event_kind == "braking_lead" else float(rng.uniform(90.0, 160.0)))
         lane, lane_s_m = lane_at(net, ego_lane_id, lead_s_m)
@@ -274,12 +280,15 @@ def _make_junction(kind: str, seed: int, rng: np.random.Generator) -> Scene:
     return Scene(kind, seed, road, ego, route, facts)
 
 
-def make_scene(seed: int, kind: str | None = None) -> Scene:
+def make_scene(seed: int, kind: str | None = None, highway_events_only: bool = False) -> Scene:
     """Build a scene deterministically from ``seed``; ``kind`` defaults to one drawn from the seed.
 
     Args:
         seed: any non-negative integer; the same seed always gives the same scene and the same traffic.
         kind: one of ``SCENE_KINDS`` or None.
+        highway_events_only: a highway scene always has an event ahead of the ego (a lead car that brakes
+            hard, or a stopped car), where it has one in two otherwise: training data for what the ego
+            rarely meets, not a scene distribution to evaluate on.
 
     Raises:
         InputError: unknown kind or a negative seed.
@@ -291,4 +300,6 @@ def make_scene(seed: int, kind: str | None = None) -> Scene:
     kind = kind or str(rng.choice(SCENE_KINDS, p=SCENE_KIND_WEIGHTS))
     if kind not in SCENE_KINDS:
         raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {kind!r}")
-    return _make_highway(seed, rng) if kind == "highway" else _make_junction(kind, seed, rng)
+    if kind == "highway":
+        return _make_highway(seed, rng, highway_events_only)
+    return _make_junction(kind, seed, rng)

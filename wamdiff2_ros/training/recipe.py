@@ -4,7 +4,8 @@ A recipe (``config/recipes/*.yaml``) names a run folder, the device, the trainin
 shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``:
 
 - ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``, ``workers``,
-  ``standing_starts``: the fraction of drives that start at rest) -> a data folder.
+  ``standing_starts``: the fraction of drives that start at rest; ``highway_events_only``: every drive a
+  highway with a braking or stopped car ahead) -> a data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
   driving episodes side by side on the CPU) -> a data folder.
@@ -318,6 +319,7 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         min_int_digits=step.get("min_int_digits", 2),  # the bundled model's padded style, as sim generate
         workers=step.get("workers", 0),
         standing_starts=step.get("standing_starts", 0.0),
+        highway_events_only=step.get("highway_events_only", False),
     )
     generate(config, progress=False)
     return out
