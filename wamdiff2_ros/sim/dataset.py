@@ -135,8 +135,8 @@ def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
         for episode in itertools.count():
             yield _episode((config, episode))
     # Ordered results keep the output independent of scheduling. Workers come from a fork server, not a
-    # fork of the caller: a recipe process that has run torch or OpenCV holds threads and locks, and its
-    # forked workers hung (2026-12-03: five of fourteen exited, imap waited forever).
+    # fork of the caller: forked from a recipe process (torch's threads started) they hung once
+    # (2026-12-03: five of fourteen exited, imap waited forever).
     with multiprocessing.get_context("forkserver").Pool(workers) as pool:
         for start in itertools.count(0, batch):
             yield from pool.imap(_episode, [(config, e) for e in range(start, start + batch)])
