@@ -8,8 +8,10 @@ machine's start: the compiled variants compile first):
 ``python3 -m pip install -q --no-index --no-deps --target /tmp/site train_wheels/*.whl &&
 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 python3 tools/probes/train_step.py $OUT/probe [VARIANTS]``
 (VARIANTS: names of ``VARIANTS``, comma-separated; default all): it prints each variant's summary as it
-finishes and keeps OUT_DIR/train_step.json up to date (DEVICE, a third argument, defaults to cuda). On a
-cold machine the data and the initial model take ~45 s and a variant ~15 s, a compiled one ~50 s.
+finishes and keeps OUT_DIR/train_step.json up to date (DEVICE, a third argument, defaults to cuda; SCENES,
+a fourth, is an existing ``sim generate`` folder to train on instead of 1,536 fresh scenes, e.g. a warm
+machine's ``runs/<run>/train_scenes``). On a cold machine the data and the initial model take ~45 s and a
+variant ~25 s (100 steps, medians of the last 90), a compiled one ~60 s.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ VARIANTS = {  # name: keys over the recipe's training block (batches pinned on C
     # bf16 autocast: tensor-core GEMMs and cuDNN's flash attention (in fp32 FFMA and the f32
     # memory-efficient kernel took ~60 % of the step's kernel time on 2026-12-03)
     "micro256_bf16": {"local_batch_size": 256, "num_workers": 14, "autocast_bf16": True},
+    # the fourth run's real step was 0.177 s against this probe's 0.108 (2026-12-03), its steps spread from
+    # 0.095 to 0.32 s with no data wait: do 14 loader processes (each ~1.5-2.5 s of a core per batch of 256,
+    # measured on the development CPU) starve the training process of its cores?
+    "micro256_bf16_w8": {"local_batch_size": 256, "num_workers": 8, "autocast_bf16": True},
     # (bf16, two micro-batches of 128: 0.218 s a step on 2026-12-03, before the forward's host waits went)
     # a step of 512 in one micro-batch: is the step's host time fixed per micro-batch?
     "micro512_bf16": {
@@ -71,8 +77,11 @@ def _summary(prof: torch.profiler.profile, wall_s: float) -> dict:
     }
 
 
-def main(out_dir: Path, only: str = "", device: str = "cuda", samples: int = 1536) -> None:
+def main(out_dir: Path, only: str = "", device: str = "cuda", scenes: str = "", samples: int = 1536) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    if scenes:  # an existing scene folder (a recipe run's train_scenes) stands for the probe's own
+        (out_dir / "run").mkdir(exist_ok=True)
+        (out_dir / "run" / "recipe_state.json").write_text(json.dumps({"train_scenes": str(Path(scenes))}))
     unknown = set(only.split(",")) - set(VARIANTS) - {""}
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
@@ -100,7 +109,7 @@ def main(out_dir: Path, only: str = "", device: str = "cuda", samples: int = 153
     recipe = {
         "run_dir": str(out_dir / "run"),
         "device": device,
-        "training": {**base["training"], "max_steps": PROFILED_STEP + 15, "ckpt_every_steps": 1000},
+        "training": {**base["training"], "max_steps": PROFILED_STEP + 70, "ckpt_every_steps": 1000},
         "steps": [
             {"name": "train_scenes", "kind": "generate", "samples": samples, "seed": 4, "width": 256,
              "min_int_digits": 2, "workers": 14},
@@ -130,4 +139,4 @@ def main(out_dir: Path, only: str = "", device: str = "cuda", samples: int = 153
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), *sys.argv[2:4])
+    main(Path(sys.argv[1]), *sys.argv[2:5])
