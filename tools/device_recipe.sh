@@ -10,9 +10,10 @@
 # metrics or report, every training step's metrics.jsonl) and ckpt_<n>.tar.gz: the checkpoints the
 # unfinished steps need (`recipe.carried_outputs`, and `recipe.resume_checkpoints` of a training step the
 # limit cut short; data is remade from its seeds). On a fresh machine: untar
-# them all into runs/ here and carry `runs/<name>` beside `train_wheels`, in the first job only (a carried
-# path replaces the machine's copy: the later jobs would lose what the earlier made). The evaluations can run here on the
-# CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device cpu --until STEP` afterwards.
+# them all into runs/ here and carry `runs/<name>` beside `train_wheels`, in the first job only (a
+# carried path replaces the machine's copy: the later jobs would lose what the earlier made). The
+# evaluations can run here on the CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device
+# cpu --until STEP` afterwards.
 set -uo pipefail
 recipe=$1 run=$2 seconds=$3
 shift 3
@@ -33,8 +34,9 @@ from wamdiff2_ros.training.recipe import STATE, carried_outputs, load_recipe, re
 recipe, run, out = load_recipe(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 state = json.loads((run / STATE).read_text()) if (run / STATE).exists() else {}
 with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how the run went
-    logs = [run / "recipe.log", run / STATE, *run.glob("*/metrics.jsonl"), *run.glob("*/metrics.json"),
-            *run.glob("*/report.json")]
+    # recipe.yaml beside the state: the next run compares its recipe with it (recipe.py: an edited recipe)
+    logs = [run / "recipe.log", run / STATE, run / "recipe.yaml", *run.glob("*/metrics.jsonl"),
+            *run.glob("*/metrics.json"), *run.glob("*/report.json")]
     for path in (p for p in logs if p.exists()):
         tar.add(path, arcname=str(path.relative_to(run.parent)))
 # Finished outputs the next steps read, and the checkpoints of a training step the limit cut short (a cold

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from wamdiff2_ros.cli.main import main as cli_main
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.paired import episode_scores, paired_difference, paired_ratio
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
@@ -76,6 +77,7 @@ def test_paired_drive_compares_the_same_seeds_of_two_reports(tmp_path, capsys) -
     arguments = ["--reference", f"{first}:model", "--planner", f"{second}:model-scored", "--out", str(out)]
     assert cli_main(["eval", "paired-drive", *arguments]) == 0
     result = json.loads(out.read_text())
+    assert result["planner"] == f"{second}:model-scored" and result["reference"] == f"{first}:model"
     expected = np.mean([better[s] - reference[s] for s in reference])
     assert result["episodes"] == 40 and result["difference"] == pytest.approx(expected)
     assert 0.0 < result["low"] <= result["difference"] <= result["high"] <= 0.1 + 1e-12
@@ -83,7 +85,7 @@ def test_paired_drive_compares_the_same_seeds_of_two_reports(tmp_path, capsys) -
 
 
 def test_paired_difference_needs_the_same_episodes(tmp_path) -> None:
-    with pytest.raises(ValueError, match="the same episodes"):
+    with pytest.raises(InputError, match="the same episodes"):
         paired_difference({1: 0.5, 2: 0.4}, {1: 0.5, 3: 0.4})
-    with pytest.raises(KeyError, match="has no policy 'expert'"):
+    with pytest.raises(InputError, match="has no policy 'expert'"):
         episode_scores(_report(tmp_path / "a.json", "model", {1: 0.5}), "expert")

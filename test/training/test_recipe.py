@@ -191,6 +191,13 @@ def test_an_edited_recipe_makes_again_what_changed_and_what_reads_it(tmp_path) -
     assert made == ["small", "packed", "repacked"] and second["teacher"] == first["teacher"]
     run = tmp_path / "run"
     assert packed.exists() and "repacked" in json.loads((run / "recipe_state.json").read_text())
+    # A state newer than its copy (a job's state came back, its recipe.yaml did not): the steps the copy
+    # lacks are kept, not deleted on a guess.
+    older = {**raw, "steps": [step for step in raw["steps"] if step["name"] != "repacked"]}
+    (run / "recipe.yaml").write_text(yaml.safe_dump(older, sort_keys=False))
+    lines.clear()
+    assert run_recipe(load_recipe(path), log=lines.append) == second
+    assert all("done earlier" in line for line in lines) and Path(second["repacked"]).exists()
     # the shared training keys are part of every training step's definition
     raw["training"]["max_new_tokens"] = 64
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

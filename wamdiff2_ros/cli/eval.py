@@ -320,6 +320,7 @@ def run_paired_drive(args: argparse.Namespace) -> int:
         return episode_scores(Path(report), policy)
 
     result = paired_difference(scores(args.planner), scores(args.reference), resamples=args.resamples)
+    result |= {"planner": args.planner, "reference": args.reference}
     print(
         f"episodes {result['episodes']}: driving score {result['score']:.3f} vs reference "
         f"{result['reference_score']:.3f}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.open_loop import load_predictions, load_truth
 
 
@@ -64,12 +65,16 @@ def episode_scores(report: Path, policy: str) -> dict[int, float]:
     """Driving score of each episode of one policy in a closed-loop ``report.json``, by scene seed.
 
     Raises:
-        KeyError: the report has no such policy (the message lists those it has).
+        InputError: the report has no such policy (the message lists those it has), or a seed twice.
     """
     policies = json.loads(Path(report).read_text())["policies"]
     if policy not in policies:
-        raise KeyError(f"{report} has no policy {policy!r}; it has {sorted(policies)}")
-    return {int(e["seed"]): float(e["driving_score"]) for e in policies[policy]["episodes"]}
+        raise InputError(f"{report} has no policy {policy!r}; it has {sorted(policies)}")
+    episodes = policies[policy]["episodes"]
+    scores = {int(e["seed"]): float(e["driving_score"]) for e in episodes}
+    if len(scores) != len(episodes):
+        raise InputError(f"{report}: policy {policy!r} drove a seed more than once")
+    return scores
 
 
 def paired_difference(
@@ -88,10 +93,10 @@ def paired_difference(
         and 95th percentiles of the resampled mean difference).
 
     Raises:
-        ValueError: the two cover different seeds, or none.
+        InputError: the two cover different seeds, or none.
     """
     if set(planner) != set(reference) or not planner:
-        raise ValueError(f"the same episodes needed, got {len(planner)} and {len(reference)} seeds")
+        raise InputError(f"the same episodes needed, got {len(planner)} and {len(reference)} seeds")
     seeds = sorted(planner)
     differences = np.array([planner[s] - reference[s] for s in seeds])
     draws = np.random.default_rng(seed).integers(0, len(seeds), (resamples, len(seeds)))

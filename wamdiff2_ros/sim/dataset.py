@@ -137,7 +137,9 @@ def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
     # Ordered results keep the output independent of scheduling. Workers come from a fork server, not a
     # fork of the caller: forked from a recipe process (torch's threads started) they hung once
     # (2026-12-03: five of fourteen exited, imap waited forever).
-    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])  # the server imports the simulator once, its forks share it
+    with context.Pool(workers) as pool:
         for start in itertools.count(0, batch):
             yield from pool.imap(_episode, [(config, e) for e in range(start, start + batch)])
 

@@ -42,7 +42,8 @@ the steps that cannot stop halfway: data, rollouts, evaluations) no longer fits 
 The log (``recipe.log`` in the run folder) says when each step started and ended.
 
 A recipe edited between runs is compared with the copy the last run left in the run folder
-(``recipe.yaml``): a step whose definition changed (its keys, or for a training step the shared
+(``recipe.yaml``; it travels with ``recipe_state.json``, ``tools/device_recipe.sh`` returns both; an edit
+of the copy itself is not seen): a step whose definition changed (its keys, or for a training step the shared
 ``training`` keys; not the keys that only schedule it: ``expected_s``, ``workers``, ``num_workers``,
 ``ckpt_every_steps``) is made again, and so is every step that reads it, directly or through another; their
 folders are cleared first, so that no checkpoint of the old definition is resumed. Steps added to a recipe
@@ -249,7 +250,9 @@ def run_recipe(
 
 def _changed_steps(recipe: Recipe, previous: dict[str, Any]) -> list[str]:
     """The steps to make again after the recipe changed from ``previous`` (the raw recipe of the last run):
-    those whose definition differs, a step that was not in it, and every step that reads one of them."""
+    those whose definition differs and every step that reads one of them. A step ``previous`` lacks is new
+    (nothing to clear), or its output was recorded by a run whose copy did not come back with the state:
+    it is kept, never deleted on a guess."""
 
     def definition(step: dict[str, Any]) -> dict[str, Any]:
         kept = {k: v for k, v in step.items() if k not in SCHEDULING_KEYS}
@@ -261,9 +264,10 @@ def _changed_steps(recipe: Recipe, previous: dict[str, Any]) -> list[str]:
     training_changed = definition(previous.get("training") or {}) != definition(recipe.training)
     changed: list[str] = []
     for step in recipe.steps:
+        known = step["name"] in before
         if (
-            before.get(step["name"]) != definition(step)
-            or (step["kind"] == "train" and training_changed)
+            (known and before[step["name"]] != definition(step))
+            or (known and step["kind"] == "train" and training_changed)
             or any(ref in changed for ref in _references(step))
         ):
             changed.append(step["name"])
