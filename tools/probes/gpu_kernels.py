@@ -11,7 +11,8 @@ w8a16: the W8A16 kernel's tile, warps and stages swept per product at M = 32..25
 matches the twin, against ``kernel_config``'s). split_keys: the answer's attention (32 or 64 queries over a
 2,106-token prompt, K = 1 or 8 rows, 28 layers in a graph) through the split-keys Triton kernels against
 FlashInfer's backend, with the error against SDPA. shared_prefix: K = 4 or 8 rows' queries over their
-shared prompt as one FlexAttention call (a cascade's first level) against the split keys' whole attention.
+shared prompt as one FlexAttention call, or one call of aten's flash or cuDNN kernel with the query groups
+folded into the query axis (a cascade's first level), against the split keys' whole attention.
 merge_quant: the split-keys output then its FP8 quantisation, against the merge kernel that quantises.
 grammar: a step's planning-grammar work (allowed + the repair's feasibility) through the torch ops and
 through the Triton kernel. fused_fp8: the fused W8A8
@@ -360,6 +361,18 @@ def split_keys() -> dict[str, dict[str, float]]:
     return results
 
 
+def _fold_groups(q: torch.Tensor) -> torch.Tensor:
+    # (rows, n, Hq, D) -> (1, Hkv, groups * rows * n, D): query head h reads key head h // groups (SDPA's GQA)
+    rows, length = q.shape[:2]
+    grouped = q.reshape(rows * length, KV_HEADS, QUERY_HEADS // KV_HEADS, HEAD_DIM)
+    return grouped.permute(1, 2, 0, 3).reshape(1, KV_HEADS, -1, HEAD_DIM).contiguous()
+
+
+def _unfold_groups(out: torch.Tensor) -> torch.Tensor:
+    # _fold_groups' output layout back to (1, Hq, rows * n, D)
+    return out.reshape(QUERY_HEADS, -1, HEAD_DIM)[None]
+
+
 def shared_prefix() -> dict[str, dict[str, float]]:
     """K candidate rows' attention over the prompt they share, as one FlexAttention call over every row's
     queries (with its log-sum-exp, what a merge with the rows' own answer keys would take: cascade
@@ -399,6 +412,18 @@ def shared_prefix() -> dict[str, dict[str, float]]:
                 return float((torch.cat(parts, dim=2).float() - exact).norm() / exact.norm())
 
             pieces = max(1, stacked.shape[2] // 128)
+            # The same prefix through aten's flash and cuDNN kernels, which return the log-sum-exp but take
+            # as many key heads as query heads: each key head's two query heads go along the query axis.
+            folded = _fold_groups(q)
+            unfold_error = lambda out, exact=exact: float(  # noqa: E731
+                (_unfold_groups(out).float() - exact).norm() / exact.norm()
+            )
+            aten_kernels = {
+                "flash": lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)[0],
+                "cudnn": lambda q, k, v: torch.ops.aten._scaled_dot_product_cudnn_attention(
+                    q, k, v, None, True
+                )[0],
+            }
             variants = {
                 "split keys, whole attention": (split_keys_layers, None),
                 "flex prefix, one call": (prefix_layers, error(1)),
@@ -407,6 +432,18 @@ def shared_prefix() -> dict[str, dict[str, float]]:
                     error(pieces),
                 ),
             }
+            for kernel_name, kernel in aten_kernels.items():
+                try:
+                    rel_error = unfold_error(kernel(folded, keys[-1], values[-1]))
+                except RuntimeError as failure:  # a kernel this build or shape lacks
+                    print(kernel_name, "prefix failed:", failure, flush=True)
+                    continue
+
+                def aten_layers(kernel=kernel, folded=folded, keys=keys, values=values) -> None:
+                    for layer in range(LAYERS):
+                        kernel(folded, keys[layer], values[layer])
+
+                variants[f"{kernel_name} prefix, groups folded"] = (aten_layers, rel_error)
             for name, (layers, rel_error) in variants.items():
                 row = {"us_per_layer": graph_ms(layers) * 1000 / LAYERS, "rel_error": rel_error}
                 results[f"K{rows} n{length} {name}"] = row
