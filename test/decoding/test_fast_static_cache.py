@@ -70,6 +70,25 @@ def test_flex_prompt_attention_is_the_sdpa_twin(tiny_model, planning_prompt, siz
     _assert_close(logits["flex"], logits["sdpa"], 1e-4)
 
 
+def test_auto_prompt_attention_follows_each_prompts_length(tiny_model, planning_prompt, monkeypatch):
+    # As on CUDA (attention.prompt_backend): flex from a length on, SDPA below; each prefill takes its own,
+    # and the cache's K/V are the same either way.
+    length = planning_prompt.length
+    monkeypatch.setattr(
+        "wamdiff2_ros.decoding.static_cache.choose_prompt_backend",
+        lambda backend, device, prompt_len: "flex" if prompt_len >= length else "sdpa",
+    )
+    cache = StaticBlockCache(tiny_model, 8, 1, length, 16)
+    cache.prefill(planning_prompt)
+    flex_keys = cache.cache.keys[:, :, :length].clone()
+    assert type(cache.prompt_attention).__name__ == "FlexPromptAttention"
+    assert cache._prompt_attention(length - 1) is cache.prompt_attentions["sdpa"]
+    fixed = StaticBlockCache(tiny_model, 8, 1, length, 16, prompt_backend="sdpa")
+    fixed.prefill(planning_prompt)
+    assert set(fixed.prompt_attentions) == {"sdpa"}
+    _assert_close(flex_keys, fixed.cache.keys[:, :, :length], 1e-5)
+
+
 def test_static_cache_logits_match_the_uncached_block_causal_forward(tiny_model, planning_prompt):
     size = 4
     first, second = _blocks(1, size, 2)

@@ -77,6 +77,8 @@ def test_the_prompt_of_the_triton_backend_goes_through_a_prompt_kernel(monkeypat
     pytest.importorskip("triton")
     assert prompt_backend("triton", "cpu") in ("flashinfer", "sdpa")
     assert prompt_backend("triton", "cuda") == prompt_backend("flashinfer", "cuda") == "flex"
+    assert prompt_backend("triton", "cuda", 2106) == "flex"  # by the prompt's length: 1080p
+    assert prompt_backend("triton", "cuda", 1006) == "sdpa"  # 720p
     assert prompt_backend("sdpa", "cuda") == "sdpa" and prompt_backend("flex", "cpu") == "flex"
     find_spec = importlib.util.find_spec  # without Triton, FlexAttention cannot compile: the backend's own
     monkeypatch.setattr(

@@ -66,8 +66,9 @@ class DecodeConfig:
             (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
             the default until a trained model shows the quality holds (fp8 is the faster on the H200)
             (docs/DECISIONS.md).
-        prompt_attention: fast path only: the prompt's attention; ``auto`` (``flex`` on CUDA for the
-            ``flashinfer`` and ``triton`` backends, else the backend's own, FlashInfer for ``triton``),
+        prompt_attention: fast path only: the prompt's attention; ``auto`` (on CUDA for the ``flashinfer``
+            and ``triton`` backends ``flex`` from 1,600 prompt tokens and ``sdpa`` below, else the backend's
+            own, FlashInfer for ``triton``: ``attention.prompt_backend``),
             ``sdpa``, ``flashinfer`` or ``flex`` (one block-causal FlexAttention call per layer, on CUDA
             always through torch.compile, which is what makes it one kernel, whatever ``compile`` says;
             decoding/attention/flex.py).

@@ -22,6 +22,7 @@ from transformers import Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.attention import make_attention
 from wamdiff2_ros.decoding.attention import prompt_backend as choose_prompt_backend
+from wamdiff2_ros.decoding.attention.base import Attention
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
@@ -58,7 +59,7 @@ class StaticBlockCache:
         decoder: a lean decoder to share (built from ``model``, uncompiled, when None).
         vision: a lean vision tower to share (built from ``model``, uncompiled, when None).
         prompt_backend: the prompt's attention backend (None: ``attention.prompt_backend``'s choice for
-            ``backend`` on the model's device).
+            ``backend`` on the model's device and each prompt's length).
         prompt_graphs: replay the text prefill from one CUDA graph per prompt length (None: as
             ``cuda_graphs``; the device loop captures whole steps itself but wants these).
 
@@ -102,15 +103,9 @@ class StaticBlockCache:
         # without graphs: FlashInfer's split of the keys then cannot differ between a graphed decode and its
         # ungraphed twin, so the two give the same bits.
         self.attention = make_attention(backend, self.cache, block_size, True, self.decoder.heads)
-        # The prompt goes through row 0, planned as captured (a wrapper per length, as for the answer's
-        # forwards) with or without graphs, so a graphed prefill and its ungraphed twin give the same bits.
-        self.prompt_attention = make_attention(
-            prompt_backend or choose_prompt_backend(backend, model.device.type),
-            self.cache.first_row(),
-            block_size,
-            model.device.type == "cuda",
-            self.decoder.heads,
-        )
+        self.backend, self.fixed_prompt_backend = backend, prompt_backend
+        self.prompt_attentions: dict[str, Attention] = {}  # by backend name, made when a prompt needs one
+        self.prompt_attention = self._prompt_attention(max_prompt_len)
         self.start = torch.zeros((), dtype=torch.int64, device=model.device)  # first slot of the next forward
         # M-RoPE offset of the current prompt, read by graphs at replay (it depends on the image grid).
         self.position_offset = torch.zeros((), dtype=torch.int64, device=model.device)
@@ -125,6 +120,18 @@ class StaticBlockCache:
             self.graphs = ForwardGraphs(self.raw_forward)
         if prompt_graphs:
             self.prompt_graphs = ShapeGraphs(self._raw_prefill_text)
+
+    def _prompt_attention(self, length: int) -> Attention:
+        """The attention of a prompt of ``length`` tokens, over row 0, planned as captured (a wrapper per
+        length, as for the answer's forwards) with or without graphs, so that a graphed prefill and its
+        ungraphed twin give the same bits. A prompt graph keeps the one its length chose."""
+        device = self.model.device.type
+        name = self.fixed_prompt_backend or choose_prompt_backend(self.backend, device, length)
+        if name not in self.prompt_attentions:
+            self.prompt_attentions[name] = make_attention(
+                name, self.cache.first_row(), self.block_size, device == "cuda", self.decoder.heads
+            )
+        return self.prompt_attentions[name]
 
     def raw_forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """(K, n) tokens at slots ``start + [0, n)`` -> (K, n, H) hidden states; no planning, no counting.
@@ -167,6 +174,7 @@ class StaticBlockCache:
         """The text part of ``prefill``: the prompt's K/V from its text-decoder inputs, into row 0 (and the
         other rows' view of it)."""
         length = inputs.embeds.shape[1]
+        self.prompt_attention = self._prompt_attention(length)
         self.prompt_attention.plan(0, length, 0)
         image = () if inputs.visual is None else (inputs.visual, *inputs.deepstack)
         if self.prompt_graphs is not None:

@@ -36,17 +36,24 @@ def resolve_backend(name: str, device: str, dtype: str = "bf16") -> str:
     return "sdpa"
 
 
-def prompt_backend(name: str, device_type: str) -> str:
+# Shortest prompt whose CUDA text prefill goes through FlexAttention rather than SDPA's flash kernel. On the
+# H200 (2b, bf16, compiled and graphed): SDPA 7.00 / flex 7.43 ms at 1,006 tokens, 11.41 / 11.55 at 1,526,
+# 16.4 / 15.5 at 2,106; the difference crosses zero near 1,600 (docs/BENCHMARKS.md, 2026-12-03).
+FLEX_MIN_PROMPT_TOKENS = 1600
+
+
+def prompt_backend(name: str, device_type: str, prompt_len: int | None = None) -> str:
     """The backend of the prompt's forward for answer backend ``name`` on a ``device_type`` device.
 
     On CUDA the fast backends' prompt goes through ``flex`` (``flex.py``: one block-causal FlexAttention call
     per layer, compiled, so where Triton is importable; measured on the H200 at 1080p, 1.1-1.5 ms under
-    FlashInfer's FA2 over 66 groups). ``sdpa`` keeps its own prompt everywhere: it is the plain twin of the
-    kernels. Elsewhere ``triton``'s prompt (its kernels serve the answer's short forwards only) goes through
-    FlashInfer where installed, else SDPA.
+    FlashInfer's FA2 over 66 groups) from ``FLEX_MIN_PROMPT_TOKENS`` on (``prompt_len`` None counts as
+    long), and through ``sdpa`` below, where SDPA's flash kernel is the faster. ``sdpa`` keeps its own
+    prompt everywhere: it is the plain twin of the kernels. Elsewhere ``triton``'s prompt (its kernels
+    serve the answer's short forwards only) goes through FlashInfer where installed, else SDPA.
     """
     if name in ("flashinfer", "triton") and device_type == "cuda" and importlib.util.find_spec("triton"):
-        return "flex"
+        return "flex" if prompt_len is None or prompt_len >= FLEX_MIN_PROMPT_TOKENS else "sdpa"
     if name != "triton":
         return name
     return "flashinfer" if importlib.util.find_spec("flashinfer") is not None else "sdpa"
