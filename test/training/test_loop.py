@@ -9,7 +9,7 @@ import torch
 
 from wamdiff2_ros.training.config import TrainConfig
 from wamdiff2_ros.training.data import Record
-from wamdiff2_ros.training.loop import BatchStream, Runtime, lr_scale, make_optimizer
+from wamdiff2_ros.training.loop import BatchStream, Runtime, host_threads, lr_scale, make_optimizer
 from wamdiff2_ros.training.stages import phases
 
 
@@ -34,6 +34,16 @@ def test_optimizer_uses_the_three_learning_rates_and_no_decay_on_norms(tiny_mode
     assert lr_of[id(named["model.visual.blocks.0.mlp.linear_fc1.weight"])] == 3.0
     assert decay_of[id(named["model.language_model.norm.weight"])] == 0.0
     assert len(lr_of) == len(named)  # every parameter is trained (the reference freezes nothing)
+
+
+def test_a_cuda_run_takes_the_cores_the_loader_leaves_and_a_cpu_run_keeps_torchs_threads():
+    def config(**keys) -> TrainConfig:
+        return TrainConfig(stage="adapt", model="tiny", out_dir="x", data={"qa": "q.json"}, **keys)
+
+    assert host_threads(config(num_workers=14), "cuda", 16) == 2
+    assert host_threads(config(num_workers=20), "cuda", 16) == 1
+    assert host_threads(config(num_workers=14, host_threads=8), "cuda", 16) == 8
+    assert host_threads(config(num_workers=14), "cpu", 16) is None
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])

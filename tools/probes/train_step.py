@@ -37,6 +37,15 @@ VARIANTS = {  # name: keys over the recipe's training block (batches pinned on C
     # 0.095 to 0.32 s with no data wait: do 14 loader processes (each ~1.5-2.5 s of a core per batch of 256,
     # measured on the development CPU) starve the training process of its cores?
     "micro256_bf16_w8": {"local_batch_size": 256, "num_workers": 8, "autocast_bf16": True},
+    # (2026-12-03 on the fourth run's scenes: 0.177 s, w8 0.186, compiled 0.149; kernels 71 / 70 / 38
+    # ms: host-bound, with small host ops of 17-22 ms each.) Since then the training process takes the
+    # cores the loader leaves (loop.host_threads: 2 of 16 here); this is torch's default of before:
+    "micro256_bf16_threads16": {
+        "local_batch_size": 256,
+        "num_workers": 14,
+        "autocast_bf16": True,
+        "host_threads": 16,
+    },
     # (bf16, two micro-batches of 128: 0.218 s a step on 2026-12-03, before the forward's host waits went)
     # a step of 512 in one micro-batch: is the step's host time fixed per micro-batch?
     "micro512_bf16": {

@@ -93,6 +93,9 @@ class TrainConfig:
             0.104 s against 0.108 while the host bound it); the first steps take the compile time. Not
             with gradient checkpointing, on-policy answers or ``eval_data`` (they decode with the model).
         num_workers: DataLoader processes reading and tokenising records ahead of the model (0 = inline).
+        host_threads: CPU threads of the training process's own torch ops on a CUDA run
+            (``loop.host_threads``: 0 = the cores the loader's processes leave, at least one); CPU runs
+            keep torch's default.
         seed: seeds weights of presets, data order and masks.
         ckpt_every_steps: optimizer steps between resumable checkpoints (reference 100).
         keep_checkpoints: newest resumable checkpoints kept per phase.
@@ -147,6 +150,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     compile: bool = False
     num_workers: int = 0
+    host_threads: int = 0
     seed: int = 0
     ckpt_every_steps: int = 100
     keep_checkpoints: int = 2
@@ -180,10 +184,10 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         counts = (self.max_steps, self.eval_samples, self.teacher_block_size, self.num_workers)
-        if min(*counts, self.heldout_every_steps, self.heldout_samples) < 0:
+        if min(*counts, self.heldout_every_steps, self.heldout_samples, self.host_threads) < 0:
             raise InputError(
-                "max_steps, eval_samples, teacher_block_size, num_workers, heldout_every_steps and "
-                "heldout_samples must be >= 0"
+                "max_steps, eval_samples, teacher_block_size, num_workers, heldout_every_steps, "
+                "heldout_samples and host_threads must be >= 0"
             )
         if self.max_phase_s < 0:
             raise InputError(f"max_phase_s must be >= 0, got {self.max_phase_s}")

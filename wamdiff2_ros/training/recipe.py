@@ -79,7 +79,8 @@ KINDS = (
 )
 REFERENCES = ("model", "teacher", "data", "heldout")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
-SCHEDULING_KEYS = ("expected_s", "workers", "num_workers", "ckpt_every_steps")  # not what a step makes
+# keys that say how a step runs, not what it makes
+SCHEDULING_KEYS = ("expected_s", "workers", "num_workers", "host_threads", "ckpt_every_steps")
 MIN_STEP_S = 30.0  # a step is not started with less time left (loading a model and the loader alone)
 INIT_SHAPE_KEYS = ("seed", "layers", "intermediate", "hidden", "vision_depth", "vision_hidden")
 
