@@ -10,7 +10,7 @@ import pytest
 
 from wamdiff2_ros.cli.main import main as cli_main
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.eval.paired import episode_scores, paired_difference, paired_ratio
+from wamdiff2_ros.eval.paired import episode_scores, failure_changes, paired_difference, paired_ratio
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
@@ -82,6 +82,23 @@ def test_paired_drive_compares_the_same_seeds_of_two_reports(tmp_path, capsys) -
     assert result["episodes"] == 40 and result["difference"] == pytest.approx(expected)
     assert 0.0 < result["low"] <= result["difference"] <= result["high"] <= 0.1 + 1e-12
     assert "difference +0.0" in capsys.readouterr().out
+
+
+def test_failure_changes_count_modes_kinds_and_what_each_failure_became() -> None:
+    def episode(kind: str, score: float, mode: str) -> dict:
+        return {"kind": kind, "driving_score": score, "failure_mode": mode}
+
+    highway = episode("highway", 1.0, "completed")
+    reference = {1: episode("roundabout", 0.3, "stall"), 2: episode("roundabout", 0.2, "stall"), 3: highway}
+    planner = {1: episode("roundabout", 0.1, "collision_crossing"), 2: episode("roundabout", 0.4, "stall")}
+    planner[3] = highway
+    result = failure_changes(planner, reference)
+    assert result["by_kind"]["roundabout"] == pytest.approx(
+        {"episodes": 2, "score": 0.25, "reference_score": 0.25}
+    )
+    assert result["failure_modes"]["stall"] == {"planner": 1, "reference": 2}
+    assert result["failure_modes"]["collision_crossing"] == {"planner": 1, "reference": 0}
+    assert result["changes"] == {"stall -> collision_crossing": 1}
 
 
 def test_paired_difference_needs_the_same_episodes(tmp_path) -> None:

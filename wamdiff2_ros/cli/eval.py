@@ -222,7 +222,8 @@ def _add_paired_drive(verbs: argparse._SubParsersAction) -> None:
         help="a policy's closed-loop driving score against a reference's on the same episodes, paired",
         description="Each REPORT:POLICY is a closed-loop report.json and one of its policies (the two may "
         "come from different runs over the same seeds). Prints both mean driving scores, their difference "
-        "and its 90 %% interval over resamples of the episodes.",
+        "and its 90 %% interval over resamples of the episodes, then the scores by scene kind, each failure "
+        "mode's count and how the reference's failures changed.",
     )
     paired.add_argument("--reference", required=True, metavar="REPORT:POLICY", help="the reference policy")
     paired.add_argument("--planner", required=True, metavar="REPORT:POLICY", help="the compared policy")
@@ -311,22 +312,33 @@ def run_paired(args: argparse.Namespace) -> int:
 
 def run_paired_drive(args: argparse.Namespace) -> int:
     from wamdiff2_ros.errors import InputError
-    from wamdiff2_ros.eval.paired import episode_scores, paired_difference
+    from wamdiff2_ros.eval.paired import failure_changes, paired_difference, policy_episodes
 
-    def scores(spec: str) -> dict[int, float]:
+    def episodes(spec: str) -> dict[int, dict]:
         report, _, policy = spec.rpartition(":")
         if not report:
             raise InputError(f"expected REPORT:POLICY, got {spec!r}")
-        return episode_scores(Path(report), policy)
+        return policy_episodes(Path(report), policy)
 
-    result = paired_difference(scores(args.planner), scores(args.reference), resamples=args.resamples)
-    result |= {"planner": args.planner, "reference": args.reference}
+    planner, reference = episodes(args.planner), episodes(args.reference)
+
+    def scores(by_seed: dict[int, dict]) -> dict[int, float]:
+        return {seed: float(e["driving_score"]) for seed, e in by_seed.items()}
+
+    result = paired_difference(scores(planner), scores(reference), resamples=args.resamples)
+    result |= {"planner": args.planner, "reference": args.reference} | failure_changes(planner, reference)
     print(
         f"episodes {result['episodes']}: driving score {result['score']:.3f} vs reference "
         f"{result['reference_score']:.3f}"
     )
     low, high = result["low"], result["high"]
     print(f"difference {result['difference']:+.3f}, 90 % interval {low:+.3f} .. {high:+.3f}")
+    for kind, row in result["by_kind"].items():
+        print(f"  {kind} ({row['episodes']}): {row['score']:.3f} vs {row['reference_score']:.3f}")
+    counts = ", ".join(f"{m} {c['reference']} -> {c['planner']}" for m, c in result["failure_modes"].items())
+    print(f"failure modes (reference -> planner): {counts}")
+    for change, count in result["changes"].items():
+        print(f"  {change}: {count}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -61,8 +61,9 @@ def paired_ratio(planner: np.ndarray, reference: np.ndarray, resamples: int = 50
     }
 
 
-def episode_scores(report: Path, policy: str) -> dict[int, float]:
-    """Driving score of each episode of one policy in a closed-loop ``report.json``, by scene seed.
+def policy_episodes(report: Path, policy: str) -> dict[int, dict]:
+    """Each episode of one policy in a closed-loop ``report.json`` (its seed, kind, driving score, failure
+    mode, ...), by scene seed.
 
     Raises:
         InputError: the report has no such policy (the message lists those it has), or a seed twice.
@@ -71,10 +72,53 @@ def episode_scores(report: Path, policy: str) -> dict[int, float]:
     if policy not in policies:
         raise InputError(f"{report} has no policy {policy!r}; it has {sorted(policies)}")
     episodes = policies[policy]["episodes"]
-    scores = {int(e["seed"]): float(e["driving_score"]) for e in episodes}
-    if len(scores) != len(episodes):
+    by_seed = {int(e["seed"]): e for e in episodes}
+    if len(by_seed) != len(episodes):
         raise InputError(f"{report}: policy {policy!r} drove a seed more than once")
-    return scores
+    return by_seed
+
+
+def episode_scores(report: Path, policy: str) -> dict[int, float]:
+    """Driving score of each episode of one policy in a closed-loop ``report.json``, by scene seed
+    (``policy_episodes``' errors)."""
+    return {seed: float(e["driving_score"]) for seed, e in policy_episodes(report, policy).items()}
+
+
+def failure_changes(planner: dict[int, dict], reference: dict[int, dict]) -> dict:
+    """Where two policies' episodes over the same seeds differ: the mean score by scene kind, each failure
+    mode's count, and how often a reference episode's mode became another (``policy_episodes`` records;
+    a record without a kind or mode counts as ``unknown``).
+
+    Returns:
+        ``by_kind``: kind -> {episodes, score, reference_score}; ``failure_modes``: mode -> {planner,
+        reference} counts; ``changes``: ``"reference mode -> planner mode"`` -> episodes, largest first.
+    """
+    seeds = sorted(set(planner) & set(reference))
+    by_kind: dict[str, dict] = {}
+    modes: dict[str, dict[str, int]] = {}
+    changes: dict[str, int] = {}
+    for seed in seeds:
+        mine, theirs = planner[seed], reference[seed]
+        row = by_kind.setdefault(
+            str(theirs.get("kind", "unknown")), {"episodes": 0, "score": 0.0, "reference_score": 0.0}
+        )
+        row["episodes"] += 1
+        row["score"] += float(mine["driving_score"])
+        row["reference_score"] += float(theirs["driving_score"])
+        mode, was = str(mine.get("failure_mode", "unknown")), str(theirs.get("failure_mode", "unknown"))
+        for name, side in ((mode, "planner"), (was, "reference")):
+            modes.setdefault(name, {"planner": 0, "reference": 0})[side] += 1
+        if mode != was:
+            changes[f"{was} -> {mode}"] = changes.get(f"{was} -> {mode}", 0) + 1
+    for row in by_kind.values():
+        row["score"] /= row["episodes"]
+        row["reference_score"] /= row["episodes"]
+    ordered = dict(sorted(changes.items(), key=lambda item: (-item[1], item[0])))
+    return {
+        "by_kind": dict(sorted(by_kind.items())),
+        "failure_modes": dict(sorted(modes.items())),
+        "changes": ordered,
+    }
 
 
 def paired_difference(
