@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from wamdiff2_ros.cli.main import main
-from wamdiff2_ros.eval.model_policy import ScoredModelPolicy, closed_loop_report, model_policy_factory
+from wamdiff2_ros.eval.model_policy import (
+    ModelPolicySource,
+    ScoredModelPolicy,
+    closed_loop_report,
+    model_policy_factory,
+)
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.checkpoint import save_checkpoint
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation
@@ -78,3 +83,11 @@ def test_workers_drive_the_episodes_one_process_drives(tiny_model, tokenizer, tm
         assert one["policies"][name]["episodes"] == two["policies"][name]["episodes"]
     counters = ("plans", "detections", "forwards_per_plan", "scorer_changed_candidate")
     assert all(one["policies"]["model-scored"][c] == two["policies"]["model-scored"][c] for c in counters)
+
+
+def test_a_model_policy_decodes_with_the_commit_rule_it_is_given(tiny_model, tokenizer, tmp_path):
+    checkpoint = str(save_checkpoint(tiny_model, tmp_path / "tiny", tokenizer, pixels=(3136, 12544)))
+    default = ModelPolicySource(checkpoint, block_size=8, steps=4).policy()
+    sequential = ModelPolicySource(checkpoint, block_size=8, steps=4, commit_rule="sequential").policy()
+    assert default.planner.config.commit_rule == "low_confidence_dynamic"
+    assert sequential.planner.config.commit_rule == "sequential"

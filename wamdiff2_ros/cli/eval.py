@@ -118,6 +118,12 @@ def _add_episode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="checkpoint folder of the model policy")
     parser.add_argument("--block-size", type=int, default=32, help="model policy's block size B")
     parser.add_argument("--steps", type=int, default=PLAN_STEPS, help="model policy's steps per block")
+    parser.add_argument(  # no choices: the rule registry imports torch (DecodeConfig refuses an unknown rule)
+        "--commit-rule",
+        default=None,
+        help="model policy's commit rule (default: the decoder's, low_confidence_dynamic; also "
+        "low_confidence_static, sequential)",
+    )
     parser.add_argument(
         "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
     )
@@ -418,7 +424,9 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     config = _episode_config(args)
     seeds = list(range(args.seed, args.seed + args.episodes))
     settings = (args.model or None, args.block_size, args.steps, args.detect_every)
-    report = closed_loop_report(names, seeds, config, *settings, kind=args.kind, workers=args.workers)
+    report = closed_loop_report(
+        names, seeds, config, *settings, kind=args.kind, workers=args.workers, commit_rule=args.commit_rule
+    )
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():
         shared = policy["summary"].get("failure_modes_expert_too")
@@ -441,7 +449,14 @@ def run_trace(args: argparse.Namespace) -> int:
 
     config = _episode_config(args)
     if args.policy == "model":
-        factory = ModelPolicySource(args.model or None, False, config.camera, args.block_size, args.steps)()
+        factory = ModelPolicySource(
+            args.model or None,
+            False,
+            config.camera,
+            args.block_size,
+            args.steps,
+            commit_rule=args.commit_rule,
+        )()
     else:
         factory = baseline_factory(args.policy)
     result, points = trace_episode(args.seed, factory, config, args.kind)

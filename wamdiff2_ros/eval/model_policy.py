@@ -141,7 +141,8 @@ class ModelPolicySource:
     """A checkpoint (None: the bundled model) as a closed-loop policy, built where ``policy`` is called: it
     pickles, so a spawned worker loads its own copy. The greedy plan, or with ``scored`` the planner node's
     4 candidates (candidate 0 greedy, the others sampled) and the scorer's pick; ``threads`` caps torch's
-    threads in the process that builds it."""
+    threads in the process that builds it; ``commit_rule`` is the decoder's (``DecodeConfig``'s default when
+    None)."""
 
     checkpoint: str | None = None
     scored: bool = False
@@ -151,12 +152,15 @@ class ModelPolicySource:
     detect_every: int = 5
     device: str = "cpu"
     threads: int | None = None
+    commit_rule: str | None = None
 
     def policy(self) -> ModelPolicy:
         if self.threads:
             torch.set_num_threads(self.threads)
         # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
         shape = {"block_size": self.block_size, "steps": self.steps, "grammar": True}
+        if self.commit_rule:
+            shape["commit_rule"] = self.commit_rule
         if not self.scored:
             return ModelPolicy(self._planner(DecodeConfig(**shape)))
         candidates = {"candidates": 4, "temperature": 0.7, "greedy_first": True}
@@ -182,16 +186,26 @@ def closed_loop_report(
     kind: str | None = None,
     progress: bool = True,
     workers: int = 1,
+    commit_rule: str | None = None,
 ) -> dict:
     """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
-    each model policy's report with its checkpoint and counters. ``workers`` > 1: that many spawned CPU
+    each model policy's report with its checkpoint and counters (decoded with ``commit_rule``; None: the
+    decoder's default). ``workers`` > 1: that many spawned CPU
     processes of one thread drive the episodes side by side (each model policy loaded once per process;
     an episode's result does not depend on which process drove it, or after which episode)."""
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, evaluate_closed_loop
 
     sources = {
-        n: ModelPolicySource(checkpoint, n == "model-scored", config.camera, block_size, steps, detect_every)
+        n: ModelPolicySource(
+            checkpoint,
+            n == "model-scored",
+            config.camera,
+            block_size,
+            steps,
+            detect_every,
+            commit_rule=commit_rule,
+        )
         for n in names
         if n.startswith("model")
     }

@@ -26,8 +26,8 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``closed_loop``: ``model`` and the baselines drive seeded episodes (``policies``, default expert,
   constant-velocity, model and model-scored; ``episodes`` from ``seed``, default 100 from 1000, never a
   training seed; ``width`` of the renders, ``route_m``, ``max_s``, ``block_size``, ``steps``,
-  ``detect_every``, ``workers``: CPU processes side by side) -> ``report.json`` (``wamdiff2 eval
-  closed-loop``'s).
+  ``commit_rule``, ``detect_every``, ``workers``: CPU processes side by side) -> ``report.json``
+  (``wamdiff2 eval closed-loop``'s).
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
@@ -500,6 +500,7 @@ def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
         step.get("detect_every", 5),
         progress=False,
         workers=step.get("workers", 1),
+        commit_rule=step.get("commit_rule"),
     )
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return out / "report.json"
