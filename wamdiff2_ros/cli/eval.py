@@ -318,7 +318,7 @@ def run_paired(args: argparse.Namespace) -> int:
 
 def run_paired_drive(args: argparse.Namespace) -> int:
     from wamdiff2_ros.errors import InputError
-    from wamdiff2_ros.eval.paired import failure_changes, paired_difference, policy_episodes
+    from wamdiff2_ros.eval.paired import driving_scores, failure_changes, paired_difference, policy_episodes
 
     def episodes(spec: str) -> dict[int, dict]:
         report, _, policy = spec.rpartition(":")
@@ -327,11 +327,7 @@ def run_paired_drive(args: argparse.Namespace) -> int:
         return policy_episodes(Path(report), policy)
 
     planner, reference = episodes(args.planner), episodes(args.reference)
-
-    def scores(by_seed: dict[int, dict]) -> dict[int, float]:
-        return {seed: float(e["driving_score"]) for seed, e in by_seed.items()}
-
-    result = paired_difference(scores(planner), scores(reference), resamples=args.resamples)
+    result = paired_difference(driving_scores(planner), driving_scores(reference), resamples=args.resamples)
     result |= {"planner": args.planner, "reference": args.reference} | failure_changes(planner, reference)
     print(
         f"episodes {result['episodes']}: driving score {result['score']:.3f} vs reference "

@@ -78,10 +78,15 @@ def policy_episodes(report: Path, policy: str) -> dict[int, dict]:
     return by_seed
 
 
+def driving_scores(episodes: dict[int, dict]) -> dict[int, float]:
+    """The driving score of each of ``policy_episodes``' episodes, by scene seed."""
+    return {seed: float(episode["driving_score"]) for seed, episode in episodes.items()}
+
+
 def episode_scores(report: Path, policy: str) -> dict[int, float]:
     """Driving score of each episode of one policy in a closed-loop ``report.json``, by scene seed
     (``policy_episodes``' errors)."""
-    return {seed: float(e["driving_score"]) for seed, e in policy_episodes(report, policy).items()}
+    return driving_scores(policy_episodes(report, policy))
 
 
 def failure_changes(planner: dict[int, dict], reference: dict[int, dict]) -> dict:
