@@ -287,15 +287,17 @@ BAD_INPUTS = [
 @pytest.mark.parametrize(("case", "reason"), BAD_INPUTS, ids=[case for case, _ in BAD_INPUTS])
 def test_bad_input_is_diagnosed_and_the_node_keeps_planning(planner, case: str, reason: str) -> None:
     process, probe, driver = planner
-    sent = {"done": False}
+    last_sent = {"at": -math.inf}
 
-    def send_once():
-        if not sent["done"]:
+    def send_now_and_then():
+        # Again every 2 s until the reason is seen: a single message can miss its match on a loaded machine
+        # (one stale-frame run saw neither the frame nor its reason in 20 s). A retry, not a wait.
+        if time.monotonic() - last_sent["at"] >= 2.0:
             send_bad(driver, case)
-            sent["done"] = True
+            last_sent["at"] = time.monotonic()
 
-    assert probe.spin_until(lambda: reason in latest_problems(probe), 20, during=send_once), latest_problems(
-        probe
+    assert probe.spin_until(lambda: reason in latest_problems(probe), 20, during=send_now_and_then), (
+        latest_problems(probe)
     )
     assert process.poll() is None
     trajectory, _ = plan_once(planner)  # still planning afterwards
