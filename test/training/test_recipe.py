@@ -157,15 +157,14 @@ def test_a_fresh_machine_gets_the_checkpoints_the_unfinished_steps_need() -> Non
     recipe = load_recipe("config/recipes/seeing_model.yaml")
     done = recipe.names[: recipe.names.index("bundled") + 1]
     outputs = {name: f"runs/x/{name}" for name in done}
-    # The second Stage II's model, the packed one, the AR teacher and the student before the second Stage
-    # II (evaluated) are referred to; the second DAgger round's rollouts (in the merged data Stage III's
+    # The packed model, the AR teacher and the student before the second Stage II (Stage III's students
+    # start from it) are referred to; the second DAgger round's rollouts (in the merged data Stage III's
     # teacher trains on) are remade from the model that drove them, the first Stage II's; scenes and merges
     # are remade.
     assert carried_outputs(recipe, outputs) == [
         "runs/x/b32_dagger2",
         "runs/x/bundled",
         "runs/x/stage2",
-        "runs/x/stage2_round2",
         "runs/x/teacher",
     ]
     assert carried_outputs(recipe, {name: f"runs/x/{name}" for name in recipe.names}) == []
