@@ -45,6 +45,7 @@ class _Planner:
 
     def __init__(self) -> None:
         self.detections = 0
+        self.loaded = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace()))
 
     def plan(self, inputs):
         candidate = SimpleNamespace(waypoints_ego=np.stack([np.arange(1, 9) * 2.0, np.zeros(8)], 1))

@@ -8,7 +8,9 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
+    COMMAND_RULE_KEY,
     COMMANDS,
+    LEGACY_COMMAND_RULE,
     MIN_INT_DIGITS_KEY,
     PLANNING_INSTRUCTION,
     answers_min_int_digits,
@@ -113,6 +115,15 @@ def test_padded_style_writes_two_integer_digits_and_is_recognised(tokenizer):
     assert min_int_digits_of(config) == 1
     setattr(config, MIN_INT_DIGITS_KEY, 2)
     assert min_int_digits_of(config) == 2
+
+
+def test_a_model_reads_the_command_rule_of_its_data_and_one_without_a_record_the_legacy_rule(tmp_path):
+    from wamdiff2_ros.model.checkpoint import read_command_rule
+
+    (tmp_path / "config.json").write_text("{}")
+    assert read_command_rule(tmp_path) == LEGACY_COMMAND_RULE == "heading"
+    (tmp_path / "config.json").write_text(f'{{"{COMMAND_RULE_KEY}": "branch"}}')
+    assert read_command_rule(tmp_path) == "branch"
 
 
 def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tokenizer, front_image):

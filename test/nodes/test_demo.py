@@ -27,6 +27,6 @@ def test_demo_plans_a_replayed_drive_and_draws_it(tmp_path: Path) -> None:
 
 
 def test_a_second_demo_replaces_the_first_drive(tmp_path: Path) -> None:
-    first, _ = generate_drive(tmp_path, 1.0, seed=1)
-    second, scenes = generate_drive(tmp_path, 1.0, seed=2)
+    first, _ = generate_drive(tmp_path, 1.0, seed=1, command_rule="branch")
+    second, scenes = generate_drive(tmp_path, 1.0, seed=2, command_rule="branch")
     assert second == first and second.is_dir() and (scenes / "camera.json").is_file()

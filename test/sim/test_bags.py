@@ -23,7 +23,7 @@ def drive(tmp_path_factory):
     for _ in range(TICKS):
         snapshot = scene.snapshot()
         image = render_front(CAMERA, scene.lanes, snapshot).image_rgb
-        ticks.append(DriveTick(snapshot, image, navigation_command(scene.route_map, snapshot.ego.xy)))
+        ticks.append(DriveTick(snapshot, image, navigation_command(scene, snapshot.ego.xy)))
         scene.step()
     path = tmp_path_factory.mktemp("bags") / "drive"
     assert write_drive_bag(path, CAMERA, ticks) == TICKS

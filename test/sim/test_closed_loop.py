@@ -66,6 +66,7 @@ def test_episodes_are_deterministic():
 
 class _BrokenPolicy:
     needs_image = True
+    command_rule = "branch"
 
     def __call__(self, observation):
         assert observation.image_rgb.shape == (
@@ -83,6 +84,7 @@ def test_a_policy_gets_the_image_and_a_malformed_plan_is_refused():
 
 class _StandStill:
     needs_image = False
+    command_rule = "branch"
 
     def __call__(self, observation):
         return np.zeros((8, 2))  # every waypoint where the ego is: brake and stay

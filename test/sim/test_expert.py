@@ -1,10 +1,13 @@
 """Ground truth agrees with the simulator state: waypoints, agents' futures, boxes, command and QA."""
 
 import dataclasses
+import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, map_to_ego
 from wamdiff2_ros.sim.expert import (
     HORIZON_TICKS,
@@ -15,6 +18,7 @@ from wamdiff2_ros.sim.expert import (
     sample_indices,
 )
 from wamdiff2_ros.sim.render import render_front
+from wamdiff2_ros.sim.scene_types import to_map_xy
 from wamdiff2_ros.sim.scenes import make_scene
 
 CAMERA = Camera().scaled_to_width(320)
@@ -33,10 +37,63 @@ def _arc(turn_rad: float, length_m: float = 100.0) -> np.ndarray:
     ("turn_rad", "command"),
     [(0.0, "straight"), (np.pi / 2, "left"), (-np.pi / 2, "right"), (0.3, "straight")],
 )
-def test_command_follows_the_route_turn(turn_rad, command):
+def test_the_legacy_command_follows_the_route_turn(turn_rad, command):
     route = _arc(turn_rad, length_m=40.0)
     route = np.concatenate([route, route[-1] + (route[-1] - route[-2]) * np.arange(1, 40)[:, None] * 10])
-    assert navigation_command(route, np.zeros(2)) == command
+    assert navigation_command(SimpleNamespace(route_map=route), np.zeros(2), "heading") == command
+
+
+def _roundabout_by_exit() -> dict[str, object]:
+    scenes = {}
+    for seed in range(200):
+        scene = make_scene(seed, "roundabout")
+        scenes.setdefault(scene.facts["event"].removeprefix("exit "), scene)
+        if len(scenes) == 3:
+            return scenes
+    raise AssertionError("no roundabout scene for every exit in 200 seeds")
+
+
+def _before_node_xy(scene, edge: tuple, metres: float) -> np.ndarray:
+    lane = scene.road.network.get_lane(edge)
+    return to_map_xy(lane.position(lane.length - metres, 0.0))
+
+
+def test_in_a_roundabout_the_command_says_which_exit_to_take():
+    # Before each exit the route passes, the command is `right` where the route leaves the circle and
+    # `straight` where it goes round (the legacy rule's word before an exit depends on how far round the
+    # route goes after it: docs/log/command-rule-2026-12-03.md).
+    scenes = _roundabout_by_exit()
+    for exit_node, scene in scenes.items():
+        exits = 0
+        for (a, b, lane), (c, d, _) in itertools.pairwise(scene.ego.route):
+            if c not in ("ex", "nx", "wx", "sx"):  # the circle's nodes with an exit
+                continue
+            exits += d.endswith("xs")
+            word = navigation_command(scene, _before_node_xy(scene, (a, b, lane or 0), 3.0))
+            assert word == ("right" if d.endswith("xs") else "straight"), (exit_node, c, d, word)
+        assert exits == 1
+
+
+def test_a_turn_at_an_intersection_is_commanded_before_and_through_the_junction():
+    for seed in range(40):
+        scene = make_scene(seed, "intersection")
+        (branch,) = scene.route_branches
+        if branch.command == "straight":
+            continue
+        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1))])
+        words = [navigation_command(scene, xy) for xy in scene.route_map]
+        commanded = arc[[w == branch.command for w in words]]
+        # from 50 m before the junction to the end of the turning lane, nowhere else
+        assert commanded.min() == pytest.approx(max(branch.node_arc_m - 50.0, 0.0), abs=2.5)
+        assert commanded.max() == pytest.approx(branch.end_arc_m, abs=2.5)
+        assert set(words) == {"straight", branch.command}
+        return
+    raise AssertionError("no turning route in 40 intersection scenes")
+
+
+def test_an_unknown_command_rule_is_refused():
+    with pytest.raises(InputError, match="command rule"):
+        navigation_command(make_scene(0, "highway"), np.zeros(2), "compass")
 
 
 def test_expert_waypoints_are_the_ego_positions_the_simulator_reaches():

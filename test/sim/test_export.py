@@ -10,7 +10,7 @@ from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
 from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
-from wamdiff2_ros.sim.dataset import GenerateConfig, generate, standing_start
+from wamdiff2_ros.sim.dataset import GenerateConfig, generate, load_command_rule, standing_start
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
 
 TRUTH = GroundTruth(
@@ -80,6 +80,13 @@ def test_generation_is_deterministic_and_complete(tmp_path):
         assert (tmp_path / "a" / rec["image"][0]).is_file()
     assert len(json.loads((tmp_path / "a" / "qa.json").read_text())) == 12 * 4
     assert json.loads((tmp_path / "a" / "camera.json").read_text())["intrinsics"]["width_px"] == 192
+    assert load_command_rule(tmp_path / "a") == "branch"  # recorded beside the camera
+    assert load_command_rule(tmp_path) == "heading"  # a folder without the record: the legacy rule
+
+
+def test_an_unknown_command_rule_is_refused(tmp_path):
+    with pytest.raises(InputError, match="command rule"):
+        generate(GenerateConfig(tmp_path, samples=1, command_rule="compass"), progress=False)
 
 
 def test_zero_samples_is_refused(tmp_path):

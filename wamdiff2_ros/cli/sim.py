@@ -62,6 +62,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="every drive on a highway with a braking lead car or a stopped car ahead (training data for "
         "braking and lane changes; otherwise one highway drive in two has such an event)",
     )
+    gen.add_argument(
+        "--command-rule",
+        default="branch",
+        help="how the route becomes the navigation command: branch, the way it goes at its next junction "
+        "or roundabout exit (default); heading, its heading change over 50 m (what models trained before "
+        "2026-12-03 read; ambiguous in roundabouts)",
+    )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(
         "dagger",
@@ -104,6 +111,7 @@ def run_generate(args: argparse.Namespace) -> int:
         min_int_digits=args.min_int_digits,
         standing_starts=args.standing_starts,
         highway_events_only=args.highway_events_only,
+        command_rule=args.command_rule,
     )
     start_s = time.perf_counter()
     summary = generate(config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from wamdiff2_ros.errors import InputError
-from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
+from wamdiff2_ros.model.prompt import DEFAULT_COMMAND_RULE, NUM_WAYPOINTS, WAYPOINT_DT_S
 from wamdiff2_ros.sim.closed_loop import Observation, PolicyFactory
 from wamdiff2_ros.sim.expert import expert_plan
 from wamdiff2_ros.sim.scenes import Scene
@@ -26,6 +26,7 @@ class ConstantVelocityPolicy:
     """Drives straight on at the current speed: blind to road, traffic and command."""
 
     needs_image = False
+    command_rule = DEFAULT_COMMAND_RULE  # read by no one
 
     def __call__(self, observation: Observation) -> np.ndarray:
         return constant_velocity_waypoints(observation.velocity_ego_mps)
@@ -35,6 +36,7 @@ class ExpertPolicy:
     """The simulator's IDM/MOBIL expert, re-planned from the live scene (privileged: it sees everything)."""
 
     needs_image = False
+    command_rule = DEFAULT_COMMAND_RULE  # it follows the route itself
 
     def __init__(self, scene: Scene):
         self.scene = scene

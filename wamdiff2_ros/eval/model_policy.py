@@ -24,7 +24,7 @@ from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
 from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import detection_user_text
+from wamdiff2_ros.model.prompt import command_rule_of, detection_user_text
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, PolicyFactory
 from wamdiff2_ros.sim.scenes import Scene
 
@@ -36,6 +36,7 @@ class ModelPolicy:
 
     def __init__(self, planner: Planner):
         self.planner = planner
+        self.command_rule = command_rule_of(planner.loaded.model.config)  # the rule it was trained on
         self.plans = 0
         self.fallbacks = 0
         self.forwards = 0
@@ -287,9 +288,10 @@ def model_dagger_data(
     progress: bool = True,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
-    the model's own number style; ``generate``'s summary. ``workers`` > 1: that many CPU processes of one
-    thread each drive episodes side by side (``device`` is then ignored: a tiny model's plan is bound by
-    the host, and 16 cores plan faster than one GPU stream)."""
+    the model's own number style and navigation command rule; ``generate``'s summary. ``workers`` > 1: that
+    many CPU processes of one thread each drive episodes side by side (``device`` is then ignored: a tiny
+    model's plan is bound by the host, and 16 cores plan faster than one GPU stream)."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule
     from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
     from wamdiff2_ros.sim.dagger import generate_dagger
@@ -298,15 +300,15 @@ def model_dagger_data(
     camera = Camera().scaled_to_width(width)
     device, threads = ("cpu", 1) if workers > 1 else (device, None)
     source = ModelPolicySource(checkpoint, False, camera, block_size, steps, device=device, threads=threads)
+    folder = Path(checkpoint or default_model_dir())
     config = GenerateConfig(
         out_dir=Path(out_dir),
         samples=samples,
         seed=seed,
         camera=camera,
         stride_s=stride_s,
-        min_int_digits=json.loads((Path(checkpoint or default_model_dir()) / "config.json").read_text()).get(
-            MIN_INT_DIGITS_KEY, 1
-        ),
+        min_int_digits=json.loads((folder / "config.json").read_text()).get(MIN_INT_DIGITS_KEY, 1),
+        command_rule=read_command_rule(folder),  # the commands it drove on
     )
     loop = ClosedLoopConfig(route_length_m=route_m, max_duration_s=max_s, plan_hz=plan_hz, camera=camera)
     return generate_dagger(config, source, loop, progress, workers)

@@ -56,6 +56,10 @@ class _Traced:
     def needs_image(self) -> bool:
         return self.policy.needs_image
 
+    @property
+    def command_rule(self) -> str:
+        return self.policy.command_rule
+
     def __call__(self, observation: Observation) -> np.ndarray:
         plan = np.asarray(self.policy(observation), dtype=np.float64)
         speed = float(np.hypot(*observation.velocity_ego_mps))

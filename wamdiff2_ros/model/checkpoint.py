@@ -101,6 +101,16 @@ def _budget_of(settings: dict) -> tuple[object, object] | None:
     return None
 
 
+def read_command_rule(folder: str | Path) -> str:
+    """The navigation command rule the folder's model was trained to read (``model.prompt.command_rule_of``
+    of its ``config.json``)."""
+    from types import SimpleNamespace
+
+    from wamdiff2_ros.model.prompt import command_rule_of
+
+    return command_rule_of(SimpleNamespace(**json.loads((Path(folder) / "config.json").read_text())))
+
+
 def read_pixel_budget(folder: str | Path) -> tuple[int, int] | None:
     """(min_pixels, max_pixels) of the folder's image processor; None when it states none.
 

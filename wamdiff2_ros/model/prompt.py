@@ -29,6 +29,14 @@ NUM_WAYPOINTS = 8  # 4 s at 0.5 s spacing (NAVSIM convention)
 WAYPOINT_DT_S = 0.5
 # The model config attribute (saved in config.json) naming the number style a model was trained on.
 MIN_INT_DIGITS_KEY = "planning_min_int_digits"
+# How a route becomes the navigation word (``sim.expert.navigation_command``): ``branch``, the way the route
+# goes at its next junction or roundabout exit (what CARLA's route options say); ``heading``, the route's
+# heading change over 50 m (ambiguous in roundabouts). A model's config.json names the rule of its training
+# data under COMMAND_RULE_KEY; data and models from before the key existed were made with the legacy rule.
+COMMAND_RULES = ("branch", "heading")
+DEFAULT_COMMAND_RULE = "branch"
+LEGACY_COMMAND_RULE = "heading"
+COMMAND_RULE_KEY = "navigation_command_rule"
 
 
 def _pair(values: Sequence[float], name: str) -> str:
@@ -112,6 +120,12 @@ def answers_min_int_digits(answers: Sequence[str]) -> int:
 def min_int_digits_of(config: object) -> int:
     """The number style a model writes (its config's ``MIN_INT_DIGITS_KEY``; 1 when it has none)."""
     return int(getattr(config, MIN_INT_DIGITS_KEY, 1))
+
+
+def command_rule_of(config: object) -> str:
+    """The navigation rule a model was trained to read (its config's ``COMMAND_RULE_KEY``; the legacy rule
+    when it has none)."""
+    return str(getattr(config, COMMAND_RULE_KEY, LEGACY_COMMAND_RULE))
 
 
 @dataclass(frozen=True)

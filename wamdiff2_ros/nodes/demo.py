@@ -52,17 +52,19 @@ class DemoOutputs:
     summary: dict
 
 
-def generate_drive(out: Path, seconds: float, seed: int) -> tuple[Path, Path]:
-    """One simulated drive: its bag and the scene folder (camera.json, ground truth of sampled frames)."""
+def generate_drive(out: Path, seconds: float, seed: int, command_rule: str) -> tuple[Path, Path]:
+    """One simulated drive, its commands by ``command_rule``: its bag and the scene folder (camera.json,
+    ground truth of sampled frames)."""
     from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
     scenes = out / "scenes"
     if scenes.exists():  # a previous demo's drive: the bag writer refuses to overwrite it
         shutil.rmtree(scenes)
     # The expert's 4 s horizon is part of an episode; one sample keeps it to one episode.
-    generate(
-        GenerateConfig(out_dir=scenes, samples=1, seed=seed, episode_s=seconds + 4.0, bags=True, workers=1)
+    config = GenerateConfig(
+        scenes, 1, seed, episode_s=seconds + 4.0, bags=True, workers=1, command_rule=command_rule
     )
+    generate(config)
     return scenes / "bags" / "drive_000000", scenes
 
 
@@ -209,13 +211,18 @@ def _constant_velocity(poses: np.ndarray, stamp_s: float) -> np.ndarray:
 
 def run_demo(out: Path, *, seconds: float, seed: int, model: str, preset: str, rate: float) -> DemoOutputs:
     """The whole demo (see the module docstring); writes everything under ``out``."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.prompt import DEFAULT_COMMAND_RULE
     from wamdiff2_ros.sim.dataset import load_camera
 
     out.mkdir(parents=True, exist_ok=True)
     # This process plays the bag: it must speak the nodes' large-data transport (640x360 frames are 690 KB,
     # beyond what default Fast DDS delivers best effort across processes).
     os.environ.update(transport_environment(share_dir()))
-    drive, scenes = generate_drive(out, seconds, seed)
+    # the route planner speaks the model's command rule (a preset's random weights read none)
+    rule = DEFAULT_COMMAND_RULE if preset and not model else read_command_rule(model or default_model_dir())
+    drive, scenes = generate_drive(out, seconds, seed, rule)
     outputs = out / "outputs_bag"
     if outputs.exists():
         shutil.rmtree(outputs)

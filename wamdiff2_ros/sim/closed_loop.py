@@ -42,10 +42,13 @@ class Observation:
 class Policy(Protocol):
     """Maps an observation to 8 waypoints (8, 2) in the ego frame at 0.5 s spacing.
 
-    ``needs_image`` tells the loop whether to render the camera for it (rendering costs time).
+    ``needs_image`` tells the loop whether to render the camera for it (rendering costs time);
+    ``command_rule`` which navigation command it reads (``model.prompt.COMMAND_RULES``: a model reads the
+    rule of its training data, a baseline ignores the command).
     """
 
     needs_image: bool
+    command_rule: str
 
     def __call__(self, observation: Observation) -> np.ndarray: ...
 
@@ -131,7 +134,11 @@ def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -
     velocity, accel = ego_motion(snapshot)
     image = render_front(camera, scene.lanes, snapshot).image_rgb if policy.needs_image else None
     return Observation(
-        image, velocity, accel, navigation_command(scene.route_map, snapshot.ego.xy), snapshot.time_s
+        image,
+        velocity,
+        accel,
+        navigation_command(scene, snapshot.ego.xy, policy.command_rule),
+        snapshot.time_s,
     )
 
 

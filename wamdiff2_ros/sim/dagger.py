@@ -56,7 +56,8 @@ def episode_samples(
         if index + HORIZON_TICKS >= len(labeller.log):
             continue
         frame = render_front(config.camera, labeller.scene.lanes, labeller.log[index])
-        truth = replace(ground_truth(labeller.log, index, labeller.scene, frame), waypoints_ego=plan)
+        truth = ground_truth(labeller.log, index, labeller.scene, frame, config.command_rule)
+        truth = replace(truth, waypoints_ego=plan)
         out.append(sample(f"d{episode:06d}_t{index:04d}", frame.image_rgb, truth, result.kind, config))
     return out
 

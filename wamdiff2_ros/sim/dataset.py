@@ -22,6 +22,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
+from wamdiff2_ros.model.prompt import COMMAND_RULES, DEFAULT_COMMAND_RULE, LEGACY_COMMAND_RULE
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.expert import (
@@ -34,6 +35,7 @@ from wamdiff2_ros.sim.expert import (
 from wamdiff2_ros.sim.render import encode_png, render_front
 from wamdiff2_ros.sim.scenes import make_scene
 
+NAVIGATION_FILE = "navigation.json"  # the command rule of the folder's prompts
 TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
 
 
@@ -56,6 +58,8 @@ class GenerateConfig:
             0 leaves every episode as it was).
         highway_events_only: every drive is a highway scene with a braking lead car or a stopped car ahead
             (``make_scene``): the situations in which the ego must brake or change lanes, rare otherwise.
+        command_rule: how the route becomes the navigation command (``model.prompt.COMMAND_RULES``),
+            recorded in the folder's ``navigation.json``.
     """
 
     out_dir: Path
@@ -69,6 +73,7 @@ class GenerateConfig:
     min_int_digits: int = 1
     standing_starts: float = 0.0
     highway_events_only: bool = False
+    command_rule: str = DEFAULT_COMMAND_RULE
 
 
 def standing_start(config: GenerateConfig, episode: int) -> bool:
@@ -96,7 +101,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     out = []
     for index in sample_indices(log, round(config.stride_s * SIM_HZ), first_tick=0 if standing else SIM_HZ):
         frame = render_front(config.camera, scene.lanes, log[index])
-        truth = ground_truth(log, index, scene, frame)
+        truth = ground_truth(log, index, scene, frame, config.command_rule)
         out.append(sample(f"e{episode:06d}_t{index:04d}", frame.image_rgb, truth, scene.kind, config))
     if config.bags and out:
         from wamdiff2_ros.sim.bags import DriveTick, write_drive_bag
@@ -105,7 +110,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
             DriveTick(
                 s,
                 render_front(config.camera, scene.lanes, s).image_rgb,
-                navigation_command(scene.route_map, s.ego.xy),
+                navigation_command(scene, s.ego.xy, config.command_rule),
             )
             for s in log
         )
@@ -159,10 +164,12 @@ def generate(
         A summary: sample and episode counts, scene kinds, commands.
 
     Raises:
-        InputError: a non-positive sample count.
+        InputError: a non-positive sample count or an unknown command rule.
     """
     if config.samples <= 0:
         raise InputError(f"samples must be positive, got {config.samples}")
+    if config.command_rule not in COMMAND_RULES:
+        raise InputError(f"command rule must be one of {COMMAND_RULES}, got {config.command_rule!r}")
     from tqdm import tqdm
 
     (config.out_dir / "images").mkdir(parents=True, exist_ok=True)
@@ -213,6 +220,17 @@ def load_camera(data_dir: Path) -> Camera:
     return Camera(CameraIntrinsics(**data["intrinsics"]), CameraMount(**data["mount"]))
 
 
+def load_command_rule(data_dir: Path) -> str:
+    """The navigation command rule a dataset folder was made with (``navigation.json``; the legacy rule for
+    a folder from before it was recorded)."""
+    path = Path(data_dir) / NAVIGATION_FILE
+    return json.loads(path.read_text())["command_rule"] if path.is_file() else LEGACY_COMMAND_RULE
+
+
+def write_command_rule(data_dir: Path, rule: str) -> None:
+    (Path(data_dir) / NAVIGATION_FILE).write_text(json.dumps({"command_rule": rule}) + "\n")
+
+
 def _write_records(config: GenerateConfig, samples: list[dict]) -> None:
     out = config.out_dir
     for name in ("planning", "detection"):
@@ -220,3 +238,4 @@ def _write_records(config: GenerateConfig, samples: list[dict]) -> None:
     (out / "qa.json").write_text(json.dumps([r for s in samples for r in s["qa"]], indent=1))
     camera = {"intrinsics": asdict(config.camera.intrinsics), "mount": asdict(config.camera.mount)}
     (out / "camera.json").write_text(json.dumps(camera, indent=1))
+    write_command_rule(out, config.command_rule)

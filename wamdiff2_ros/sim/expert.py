@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import map_to_ego, wrap_angle
-from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
+from wamdiff2_ros.model.prompt import COMMAND_RULES, DEFAULT_COMMAND_RULE, NUM_WAYPOINTS, WAYPOINT_DT_S
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.render import Frame
 from wamdiff2_ros.sim.scene_types import LaneGeometry, Snapshot, to_map_xy
@@ -76,13 +77,34 @@ def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahe
     return float(wrap_angle(heading_at(ahead) - heading_at(nearest)))
 
 
-def navigation_command(route_map: np.ndarray, position_xy: np.ndarray) -> str:
-    """``left``/``right`` when the route turns by more than 45 degrees within 50 m, else ``straight``."""
-    change_rad = route_heading_change(route_map, position_xy, COMMAND_LOOKAHEAD_M)
-    if change_rad > TURN_THRESHOLD_RAD:
-        return "left"
-    if change_rad < -TURN_THRESHOLD_RAD:
-        return "right"
+def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE) -> str:
+    """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``.
+
+    ``branch``: the way the route goes at its next branch within 50 m (``roads.RouteBranch``: which of the
+    roads out of that node it takes, against the one that continues), held through a turn until the
+    turning lane ends; ``straight`` where no branch is near. What CARLA's route options say at junctions.
+    ``heading`` (the legacy rule): ``left`` / ``right`` when the route turns by more than 45 degrees
+    within 50 m; in a roundabout it gives the same word at an exit whether the route takes it or not.
+
+    Raises:
+        InputError: an unknown rule.
+    """
+    if rule == "heading":
+        change_rad = route_heading_change(scene.route_map, position_xy, COMMAND_LOOKAHEAD_M)
+        if change_rad > TURN_THRESHOLD_RAD:
+            return "left"
+        if change_rad < -TURN_THRESHOLD_RAD:
+            return "right"
+        return "straight"
+    if rule != "branch":
+        raise InputError(f"navigation command rule must be one of {COMMAND_RULES}, got {rule!r}")
+    route_map = scene.route_map
+    nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
+    arc_m = float(np.linalg.norm(np.diff(route_map[: nearest + 1], axis=0), axis=1).sum())
+    for branch in scene.route_branches:
+        held_until_m = branch.end_arc_m if branch.command != "straight" else branch.node_arc_m
+        if arc_m <= held_until_m:
+            return branch.command if branch.node_arc_m - arc_m <= COMMAND_LOOKAHEAD_M else "straight"
     return "straight"
 
 
@@ -205,7 +227,9 @@ def scene_qa(
     )
 
 
-def ground_truth(log: list[Snapshot], index: int, scene: Scene, frame: Frame) -> GroundTruth:
+def ground_truth(
+    log: list[Snapshot], index: int, scene: Scene, frame: Frame, command_rule: str = DEFAULT_COMMAND_RULE
+) -> GroundTruth:
     """All ground truth of the sample at tick ``index`` of a drive recorded from ``scene``.
 
     Args:
@@ -213,13 +237,14 @@ def ground_truth(log: list[Snapshot], index: int, scene: Scene, frame: Frame) ->
         index: the sample's tick.
         scene: the scene the log came from (lanes and route).
         frame: the front-camera frame rendered at ``index``.
+        command_rule: how the route becomes the command (``navigation_command``).
     """
     snapshot = log[index]
     velocity, accel = ego_motion(snapshot)
     agents = agent_futures(log, index)
     boxes = visible_boxes(frame)
     return GroundTruth(
-        command=navigation_command(scene.route_map, snapshot.ego.xy),
+        command=navigation_command(scene, snapshot.ego.xy, command_rule),
         velocity_ego_mps=velocity,
         accel_ego_mps2=accel,
         waypoints_ego=expert_waypoints(log, index),

@@ -7,8 +7,11 @@ builder imports highway-env inside the function, so importing this module does n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from wamdiff2_ros.geometry import wrap_angle
 from wamdiff2_ros.sim.scene_types import LaneGeometry, to_map_xy
 
 LINE_NAMES = {0: "none", 1: "striped", 2: "continuous", 3: "continuous"}  # highway-env LineType values
@@ -76,6 +79,76 @@ def route_polyline(network, lane_index: tuple, route: list | None, step_m: float
     # A lane starts where the previous one ends: drop the repeated joints so every segment has a direction.
     keep = np.concatenate([[True], np.linalg.norm(np.diff(polyline, axis=0), axis=1) > 1e-6])
     return polyline[keep]
+
+
+BRANCH_PROBE_M = 10.0  # how far into a lane its direction is read: about a roundabout segment's length
+
+
+@dataclass(frozen=True)
+class RouteBranch:
+    """A point where the route leaves a node that has several lanes out, and which way it goes there.
+
+    ``command`` is ``straight`` for the lane that continues the incoming lane's curvature (the circle of a
+    roundabout, the through lane of an intersection) and ``left`` / ``right`` for one that turns off to
+    that side of it. ``node_arc_m`` is where the branch is along the route polyline, ``end_arc_m`` where the
+    chosen lane ends (a turn is under way until then)."""
+
+    node_arc_m: float
+    end_arc_m: float
+    command: str
+
+
+def _map_heading(lane, s_m: float) -> float:
+    """The lane's direction at arc length ``s_m`` in the map frame (radians, left positive)."""
+    a = min(max(s_m - 0.5, 0.0), lane.length - 1.0)
+    delta = to_map_xy(lane.position(a + 1.0, 0.0)) - to_map_xy(lane.position(a, 0.0))
+    return float(np.arctan2(delta[1], delta[0]))
+
+
+def _branch_command(incoming, options: dict, chosen: str, lane_id: int) -> str:
+    """``straight``, ``left`` or ``right``: the chosen successor against the one that best continues
+    ``incoming`` (its heading ``BRANCH_PROBE_M`` past the node, extrapolated at the incoming curvature)."""
+    probe = min(BRANCH_PROBE_M, incoming.length)
+    end_heading = _map_heading(incoming, incoming.length)
+    turn_rate = float(wrap_angle(end_heading - _map_heading(incoming, incoming.length - probe))) / probe
+    deviation = {}
+    for node, lanes in options.items():
+        lane = lanes[min(lane_id, len(lanes) - 1)]
+        expected = end_heading + turn_rate * min(BRANCH_PROBE_M, lane.length)
+        deviation[node] = float(wrap_angle(_map_heading(lane, min(BRANCH_PROBE_M, lane.length)) - expected))
+    through = min(deviation, key=lambda node: abs(deviation[node]))
+    if chosen == through:
+        return "straight"
+    return "left" if deviation[chosen] > deviation[through] else "right"
+
+
+def _nearest_from(route_map: np.ndarray, first: int, position_hw: np.ndarray) -> int:
+    """The index of the polyline point nearest a highway-env position, from index ``first`` on."""
+    return first + int(np.argmin(np.linalg.norm(route_map[first:] - to_map_xy(position_hw), axis=1)))
+
+
+def route_branches(
+    network, lane_index: tuple, route: list | None, route_map: np.ndarray
+) -> tuple[RouteBranch, ...]:
+    """The branches along ``route`` from ``lane_index`` (as ``route_polyline`` follows it), placed on its
+    polyline ``route_map``: every node the route leaves where the network offers more than one road."""
+    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(route_map, axis=0), axis=1))])
+    branches, current, searched_from = [], lane_index, 0
+    for next_from, next_to, next_id in list(route or [])[1:]:
+        incoming = network.get_lane(current)
+        lanes = network.graph[next_from][next_to]
+        lane_id = next_id if next_id is not None else min(current[2], len(lanes) - 1)
+        chosen = network.get_lane((next_from, next_to, lane_id))
+        options = network.graph[next_from]
+        if len(options) > 1:
+            # the polyline points where the chosen lane starts and ends, searched forward along the route
+            start = _nearest_from(route_map, searched_from, chosen.position(0.0, 0.0))
+            end = _nearest_from(route_map, start, chosen.position(chosen.length, 0.0))
+            command = _branch_command(incoming, options, next_to, current[2])
+            branches.append(RouteBranch(float(arc_m[start]), float(arc_m[end]), command))
+            searched_from = start
+        current = (next_from, next_to, lane_id)
+    return tuple(branches)
 
 
 def curvy_network(rng: np.random.Generator, n_lanes: int, speed_limit_mps: float):

@@ -15,7 +15,15 @@ import numpy as np
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import wrap_angle
 from wamdiff2_ros.sim.engine import SIM_DT_S, SIM_HZ, import_highway_env
-from wamdiff2_ros.sim.roads import curvy_network, lane_at, lane_connectors, lane_geometry, route_polyline
+from wamdiff2_ros.sim.roads import (
+    RouteBranch,
+    curvy_network,
+    lane_at,
+    lane_connectors,
+    lane_geometry,
+    route_branches,
+    route_polyline,
+)
 from wamdiff2_ros.sim.scene_types import AgentState, LaneGeometry, Snapshot, to_map_xy
 
 SCENE_KINDS = ("highway", "intersection", "roundabout")
@@ -43,6 +51,7 @@ class Scene:
     route_map: np.ndarray  # (N, 2) centreline the ego should follow to its goal, map frame
     facts: dict
     events: list[SpeedEvent] = field(default_factory=list)
+    route_branches: tuple[RouteBranch, ...] = ()  # where the route chooses among roads (a highway has none)
     time_s: float = 0.0
     lanes: tuple[LaneGeometry, ...] = ()
     _last_speed_mps: float = 0.0
@@ -277,7 +286,8 @@ def _make_junction(kind: str, seed: int, rng: np.random.Generator) -> Scene:
         "speed_limit_mps": float(mdp_ego.lane.speed_limit),
     }
     route = route_polyline(road.network, ego.lane_index, ego.route)
-    return Scene(kind, seed, road, ego, route, facts)
+    branches = route_branches(road.network, ego.lane_index, ego.route, route)
+    return Scene(kind, seed, road, ego, route, facts, route_branches=branches)
 
 
 def make_scene(seed: int, kind: str | None = None, highway_events_only: bool = False) -> Scene:

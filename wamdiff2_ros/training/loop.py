@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.checkpoint import load_checkpoint
-from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY, answers_min_int_digits
+from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, MIN_INT_DIGITS_KEY, answers_min_int_digits
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.training import checkpoints
 from wamdiff2_ros.training.collate import DiffusionBatch, DiffusionCollator, model_rope_index
@@ -561,8 +561,11 @@ def train(config: TrainConfig, deadline: float | None = None) -> dict:
     records = load_task_records(config.data)
     model, _ = load_model(config.model, dtype=config.dtype, device=runtime.device, seed=config.seed)
     planning = [record.answer for record in records if record.task == "planning"]
-    if planning:  # the number style the model learns to write travels in its config.json
+    if planning:  # the number style it learns to write and the command rule it learns to read travel in
+        from wamdiff2_ros.sim.dataset import load_command_rule  # its config.json
+
         setattr(model.config, MIN_INT_DIGITS_KEY, answers_min_int_digits(planning))
+        setattr(model.config, COMMAND_RULE_KEY, load_command_rule(Path(config.data["planning"]).parent))
     teacher = None
     if config.stage == "distill":
         teacher_model, _ = load_model(

@@ -5,11 +5,13 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 
 - ``generate``: simulator scenes (``samples``, ``seed``, ``width``, ``min_int_digits``, ``workers``,
   ``standing_starts``: the fraction of drives that start at rest; ``highway_events_only``: every drive a
-  highway with a braking or stopped car ahead) -> a data folder.
+  highway with a braking or stopped car ahead; ``command_rule``: how the route becomes the navigation
+  command, ``model.prompt.COMMAND_RULES``, the legacy ``heading`` when absent) -> a data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
-  driving episodes side by side on the CPU) -> a data folder.
-- ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute);
+  driving episodes side by side on the CPU; the model's command rule) -> a data folder.
+- ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute; their
+  command rules must agree);
   ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
   reached).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
@@ -313,6 +315,7 @@ class _Context:
 
 def _generate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.prompt import LEGACY_COMMAND_RULE
     from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
     out = context.folder(step)
@@ -325,6 +328,8 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         workers=step.get("workers", 0),
         standing_starts=step.get("standing_starts", 0.0),
         highway_events_only=step.get("highway_events_only", False),
+        # a step without one keeps the rule it was written for: recipes from before the key, the legacy
+        command_rule=step.get("command_rule", LEGACY_COMMAND_RULE),
     )
     generate(config, progress=False)
     return out
@@ -352,6 +357,8 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 
 
 def _merge(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.sim.dataset import load_command_rule, write_command_rule
+
     out = context.folder(step)
     out.mkdir(parents=True, exist_ok=True)
     repeat = step.get("repeat", {})
@@ -364,6 +371,10 @@ def _merge(step: dict[str, Any], context: _Context) -> Path:
                 merged += [absolute] * repeat.get(name, 1)
         (out / f"{task}.json").write_text(json.dumps(merged, indent=1))
     shutil.copyfile(context.output(step["from"][0]) / "camera.json", out / "camera.json")
+    rules = {load_command_rule(context.output(name)) for name in step["from"]}
+    if len(rules) > 1:
+        raise InputError(f"step {step['name']!r} merges data of different command rules: {sorted(rules)}")
+    write_command_rule(out, rules.pop())
     return out
 
 
