@@ -157,11 +157,12 @@ def test_a_fresh_machine_gets_the_checkpoints_the_unfinished_steps_need() -> Non
     recipe = load_recipe("config/recipes/seeing_model.yaml")
     done = recipe.names[: recipe.names.index("bundled") + 1]
     outputs = {name: f"runs/x/{name}" for name in done}
-    # The packed model, the AR teacher and the student before the second Stage II (Stage III's students
-    # start from it) are referred to; the second DAgger round's rollouts (in the merged data Stage III's
-    # teacher trains on) are remade from the model that drove them, the first Stage II's; scenes and merges
-    # are remade.
+    # Referred to: the packed CE student, the Stage II student (packed next), the AR teacher (evaluated, Stage
+    # II's teacher) and the CE student (Stage III's start); the second DAgger round's rollouts (in the data
+    # Stage III's teachers train on) are remade from the model that drove them, the round-1 student; scenes
+    # and merges are remade.
     assert carried_outputs(recipe, outputs) == [
+        "runs/x/b32_dagger",
         "runs/x/b32_dagger2",
         "runs/x/bundled",
         "runs/x/stage2",
