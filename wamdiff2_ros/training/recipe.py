@@ -464,6 +464,7 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.training.data import load_records
 
     checkpoint, data, out = context.output(step["model"]), context.output(step["data"]), context.folder(step)
+    check_command_rules(checkpoint, data)
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_checkpoint(checkpoint)
     min_pixels, max_pixels = read_pixel_budget(checkpoint) or (MIN_PIXELS, loaded.max_pixels)
@@ -486,6 +487,19 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     report["detection"] = score_detections(data, answers["detection"])
     (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     return out / "metrics.json"
+
+
+def check_command_rules(checkpoint: Path, data: Path) -> None:
+    """Raise InputError when the model at ``checkpoint`` reads another navigation command rule than the
+    prompts of the data folder ``data`` were written in (its scores would measure the mismatch)."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule
+    from wamdiff2_ros.sim.dataset import load_command_rule
+
+    model_rule, data_rule = read_command_rule(checkpoint), load_command_rule(data)
+    if model_rule != data_rule:
+        raise InputError(
+            f"{checkpoint} reads the {model_rule!r} command rule, {data} is written in {data_rule!r}"
+        )
 
 
 def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
