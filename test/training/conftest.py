@@ -72,6 +72,7 @@ def dataset_dir(tmp_path_factory) -> Path:
     (folder / "detection.json").write_text(json.dumps(detection))
     (folder / "planning.json").write_text(json.dumps(planning))
     (folder / "qa.json").write_text(json.dumps(qa))
+    (folder / "navigation.json").write_text('{"command_rule": "branch"}')  # as `sim generate` writes today
     return folder
 
 
