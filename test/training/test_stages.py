@@ -358,3 +358,11 @@ def test_reduced_vocabulary_losses_on_kept_columns_equal_the_full_width_losses(
     batch.labels[batch.loss_mask] = 2000  # not a kept id: a clear error, not a wrong class
     with pytest.raises(InputError, match="2000"):
         check_answer_columns(batch, columns)
+
+
+def test_an_initial_model_needs_two_vision_blocks_for_its_deepstack_taps() -> None:
+    from wamdiff2_ros.errors import InputError
+    from wamdiff2_ros.training.initial import initial_model
+
+    with pytest.raises(InputError, match="vision_depth"):
+        initial_model(layers=2, hidden=32, intermediate=64, vision_depth=1)

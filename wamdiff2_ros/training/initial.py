@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from transformers import Qwen3VLForConditionalGeneration
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.presets import preset_config
 from wamdiff2_ros.model.vocab import install
@@ -31,7 +32,16 @@ def initial_model(
     kept_ids: list[int] | None = None,
 ) -> Qwen3VLForConditionalGeneration:
     """A random-weight model of that shape (``hidden``, ``vision_hidden``: multiples of 32), its vocabulary
-    ``kept_ids``."""
+    ``kept_ids``.
+
+    Raises:
+        InputError: a vision tower of fewer than two blocks (DeepStack taps its last two: with one, a tap
+            would name no block and training would fail at its first forward).
+    """
+    if vision_depth is not None and vision_depth < 2:
+        raise InputError(
+            f"vision_depth must be at least 2 (DeepStack taps the last two blocks), got {vision_depth}"
+        )
     config = preset_config("tiny")
     vision = config.vision_config
     if vision_depth is not None:  # DeepStack taps the tower as often as tiny does, its last two blocks
