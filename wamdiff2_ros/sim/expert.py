@@ -84,7 +84,8 @@ def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAUL
     roads out of that node it takes, against the one that continues), held through a turn until the
     turning lane ends; ``straight`` where no branch is near. What CARLA's route options say at junctions.
     ``heading`` (the legacy rule): ``left`` / ``right`` when the route turns by more than 45 degrees
-    within 50 m; in a roundabout it gives the same word at an exit whether the route takes it or not.
+    within 50 m; in a roundabout its word before an exit depends on how far round the route goes after it
+    (``straight`` before most exits a route takes, and before some it passes).
 
     Raises:
         InputError: an unknown rule.
