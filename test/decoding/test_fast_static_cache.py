@@ -205,3 +205,24 @@ def test_one_fast_decoder_serves_prompts_of_different_image_sizes(tiny_model, to
     for prompt in (wide, planning_prompt, wide):
         eager = decode(tiny_model, tokenizer, prompt, DecodeConfig(block_size=8, steps=4, max_new_tokens=16))
         assert decoder.decode(tokenizer, prompt).token_ids == eager.token_ids
+
+
+@pytest.mark.parametrize(("start", "length"), [(0, 70), (40, 32), (40, 64), (200, 8)])
+def test_sdpa_on_the_cpu_reads_only_the_visible_slots_and_matches_the_full_cache(start, length):
+    # The CPU slices the cache to what a forward can see (and drops the mask for one block); a CUDA
+    # device reads the whole cache under the mask (fixed shapes for its graphs): the same attention.
+    from wamdiff2_ros.decoding.attention.sdpa import SdpaAttention
+    from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
+
+    cache = StaticKVCache.allocate(1, 2, 256, 2, 8, torch.float32, torch.device("cpu"))
+    cache.keys.normal_()
+    cache.values.normal_()
+    queries = torch.randn(2, length, 4, 8)
+    sliced, full = SdpaAttention(cache, 32), SdpaAttention(cache, 32)
+    full.static = True
+    outputs = []
+    for attention in (sliced, full):
+        attention.prepare(torch.tensor(start), length)
+        outputs.append(attention.attend(0, queries))
+    assert sliced.visible == start + length and (sliced.mask is None) == (length <= 32)
+    _assert_close(outputs[0], outputs[1], 1e-6)
