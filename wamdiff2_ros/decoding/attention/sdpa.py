@@ -41,8 +41,8 @@ class SdpaAttention:
         """Host-side planning before a forward: nothing to do for SDPA (the mask is built on the device)."""
 
     def prepare(self, start: torch.Tensor, length: int) -> None:
-        """Build the (1, 1, n, max_len) mask of a forward of ``length`` queries from slot ``start``; on the CPU
-        the (1, 1, n, start + n) one, or none for a single block (every query sees every visible slot)."""
+        """Build the (1, 1, n, max_len) mask of a forward of ``length`` queries from slot ``start``; on the
+        CPU the (1, 1, n, start + n) one, or none for a single block (every query sees every visible slot)."""
         if not self.static:
             self.visible = int(start) + length
             if length <= self.block_size:
