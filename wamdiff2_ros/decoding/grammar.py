@@ -220,38 +220,44 @@ class TokenGrammar:
                 return None
         return state
 
-    def _passes(
-        self, state: int, block: torch.Tensor, masked: torch.Tensor, limit: int, tokens_after: int
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Forward (reachable) and backward (can still finish) state sets around every block position."""
-        # numpy, not torch: these are ~200-element vectors, where torch's per-op overhead dominates.
-        nxt = self._next_np
-        sink = self.num_states
-        size = block.shape[0]
+    def _columns(self, block: torch.Tensor, masked: torch.Tensor) -> list[int]:
+        """Column of each block position's committed token; -1 where masked, -2 for a token outside the
+        grammar."""
         block_list, masked_list = block.tolist(), masked.tolist()
-        # Column of each committed token; -1 for masked positions, -2 for a token outside the grammar.
-        cols = [-1 if masked_list[j] else self._column.get(block_list[j], -2) for j in range(size)]
-        forward = [np.zeros(sink + 1, dtype=bool) for _ in range(size + 1)]
-        forward[0][state] = True
-        for j in range(size):
-            rows = nxt[forward[j]]  # (|F_j|, G) successor states
-            if cols[j] == -1:
-                forward[j + 1][rows.reshape(-1)] = True
-            elif cols[j] >= 0:
-                forward[j + 1][rows[:, cols[j]]] = True
-            forward[j + 1][sink] = False
-        backward = [np.zeros(sink + 1, dtype=bool) for _ in range(size + 1)]
+        return [-1 if m else self._column.get(t, -2) for t, m in zip(block_list, masked_list, strict=True)]
+
+    # numpy, not torch, in both passes: these are ~200-element vectors, where torch's per-op overhead
+    # dominates; a committed position gathers one column of the table, a masked one all of them.
+    def _forward(self, state: int, cols: list[int]) -> np.ndarray:
+        """(B + 1, S + 1) bool: the states reachable before each block position (and after the last)."""
+        nxt, sink = self._next_np, self.num_states
+        forward = np.zeros((len(cols) + 1, sink + 1), dtype=bool)
+        forward[0, state] = True
+        for j, col in enumerate(cols):
+            if col == -1:
+                forward[j + 1, nxt[forward[j]].reshape(-1)] = True
+            elif col >= 0:
+                forward[j + 1, nxt[forward[j], col]] = True
+            forward[j + 1, sink] = False
+        return forward
+
+    def _backward(self, cols: list[int], limit: int, tokens_after: int) -> np.ndarray:
+        """(B + 1, S + 1) bool: the states before each block position from which the answer can still end
+        within the budget."""
+        nxt, sink = self._next_np, self.num_states
+        size = len(cols)
+        backward = np.zeros((size + 1, sink + 1), dtype=bool)
         backward[size] = self._distance_np <= tokens_after
         for j in range(size - 1, -1, -1):
-            reach = backward[j + 1][nxt]  # (S + 1, G): does token g from state s lead to a finishing state
-            if cols[j] == -1:
-                backward[j] = reach.any(-1)
-            elif cols[j] >= 0:
-                backward[j] = reach[:, cols[j]].copy()
+            col = cols[j]
+            if col == -1:  # does some token from state s lead to a finishing state
+                backward[j] = backward[j + 1][nxt].any(-1)
+            elif col >= 0:
+                backward[j] = backward[j + 1][nxt[:, col]]
             if j >= limit:
                 backward[j] &= self._is_done  # past max_new_tokens the answer must already be over
-            backward[j][sink] = False
-        return forward, backward
+            backward[j, sink] = False
+        return backward
 
     def block_allowed(
         self,
@@ -274,9 +280,10 @@ class TokenGrammar:
             (B, G) bool over ``token_ids``; rows of committed positions are all False. Each allowed token
             has a completion of all the other masked positions that ends in a valid answer within the budget.
         """
-        forward, backward = self._passes(state, block, masked, limit, tokens_after)
+        cols = self._columns(block, masked)
+        forward, backward = self._forward(state, cols), self._backward(cols, limit, tokens_after)
         allowed = np.zeros((block.shape[0], self._next_np.shape[1]), dtype=bool)
-        for j in masked.nonzero().squeeze(-1).tolist():
+        for j in masked.nonzero().squeeze(-1).tolist():  # the few states reachable at j, all their moves
             allowed[j] = backward[j + 1][self._next_np[forward[j]]].any(0)
         return torch.from_numpy(allowed)
 
@@ -284,8 +291,7 @@ class TokenGrammar:
         self, state: int, block: torch.Tensor, masked: torch.Tensor, limit: int, tokens_after: int
     ) -> bool:
         """True when the block's committed tokens (after ``state``) still admit a valid answer."""
-        _, backward = self._passes(state, block, masked, limit, tokens_after)
-        return bool(backward[0][state])
+        return bool(self._backward(self._columns(block, masked), limit, tokens_after)[0, state])
 
 
 @dataclass(frozen=True)
