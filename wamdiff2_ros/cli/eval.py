@@ -158,7 +158,8 @@ def _add_predict(verbs: argparse._SubParsersAction) -> None:
         help="decode a checkpoint over one task file of a 'sim generate' folder (answers for open-loop)",
         description="planning writes {id: answer} (for open-loop --predictions); detection and qa write the "
         "task file's records with the answers replaced (--detections / --answers). Planning and detection "
-        "decode under their grammar, so every answer parses; images are resized with the checkpoint's own "
+        "decode under their grammar, so every answer has its format (a detection box may still have x1 > x2 "
+        "or y1 > y2: scoring drops such items); images are resized with the checkpoint's own "
         "pixel budget. A summary (forwards per answer, tokens per forward, seconds per answer) goes to "
         "OUT.summary.json.",
     )
