@@ -158,12 +158,12 @@ def test_a_fresh_machine_gets_the_checkpoints_the_unfinished_steps_need() -> Non
     done = recipe.names[: recipe.names.index("bundled") + 1]
     outputs = {name: f"runs/x/{name}" for name in done}
     # Referred to: the packed CE student, the Stage II student (packed next), the AR teacher (evaluated, Stage
-    # II's teacher) and the CE student (Stage III's start); the second DAgger round's rollouts (in the data
-    # Stage III's teachers train on) are remade from the model that drove them, the round-1 student; scenes
+    # II's teacher) and the CE student (Stage III's start); the last DAgger round's rollouts (in the data
+    # Stage III's teachers train on) are remade from the model that drove them, the round-2 student; scenes
     # and merges are remade.
     assert carried_outputs(recipe, outputs) == [
-        "runs/x/b32_dagger",
         "runs/x/b32_dagger2",
+        "runs/x/b32_dagger3",
         "runs/x/bundled",
         "runs/x/stage2",
         "runs/x/teacher",
