@@ -48,6 +48,7 @@ from wamdiff2_ros.errors import InputError, Wamdiff2Error
 from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
+from wamdiff2_ros.nodes.allocator import keep_frame_buffers_in_heap
 from wamdiff2_ros.nodes.convert.detections import detections_2d
 from wamdiff2_ros.nodes.convert.images import (
     camera_layout,
@@ -584,6 +585,7 @@ class PlannerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
+    keep_frame_buffers_in_heap()  # before the first frame: each would otherwise be page-faulted in anew
     return spin_node(PlannerNode, args)
 
 
