@@ -36,16 +36,34 @@ def test_candidate_that_hits_a_detected_car_loses_to_one_that_stops() -> None:
     assert scores[1]["no_collision"] == 1.0 and selected == 1
 
 
+PDM = ScorerSettings(selection="pdm")
+EMPTY = agents_from_boxes(np.zeros((0, 4)), CAMERA, ScorerSettings())
+
+
 def test_leaving_the_corridor_is_penalised() -> None:
     swerve = np.stack([5.0 * np.arange(1, 9), -1.5 * np.arange(1, 9)], axis=1)
-    scores, selected = score_candidates(
-        [swerve, STRAIGHT_10MPS], (10.0, 0.0), agents_from_boxes(np.zeros((0, 4)), CAMERA, ScorerSettings())
-    )
+    scores, selected = score_candidates([swerve, STRAIGHT_10MPS], (10.0, 0.0), EMPTY, PDM)
     assert scores[0]["drivable_area"] == 0.0 and selected == 1
 
 
-def test_without_obstacles_progress_decides_and_ties_keep_the_first() -> None:
-    empty = agents_from_boxes(np.zeros((0, 4)), CAMERA, ScorerSettings())
-    scores, selected = score_candidates([STOP_AT_6M, STRAIGHT_10MPS, STRAIGHT_10MPS], (10.0, 0.0), empty)
+def test_by_pdm_score_progress_decides_and_ties_keep_the_first() -> None:
+    scores, selected = score_candidates([STOP_AT_6M, STRAIGHT_10MPS, STRAIGHT_10MPS], (10.0, 0.0), EMPTY, PDM)
     assert selected == 1 and scores[1]["ego_progress"] == pytest.approx(1.0)
-    assert score_candidates([], (0.0, 0.0), empty) == ([], -1)
+    assert score_candidates([], (0.0, 0.0), EMPTY) == ([], -1)
+
+
+def test_first_safe_keeps_the_planners_plan_unless_it_hits_a_detected_car() -> None:
+    swerve = np.stack([5.0 * np.arange(1, 9), -1.5 * np.arange(1, 9)], axis=1)  # leaves the straight corridor
+    assert score_candidates([swerve, STRAIGHT_10MPS], (10.0, 0.0), EMPTY)[1] == 0
+    assert score_candidates([STOP_AT_6M, STRAIGHT_10MPS], (10.0, 0.0), EMPTY)[1] == 0
+    car_ahead = agents_from_boxes(box_around_ground_point(12.0, 0.0)[None], CAMERA, ScorerSettings())
+    scores, selected = score_candidates([STRAIGHT_10MPS, STRAIGHT_10MPS, STOP_AT_6M], (10.0, 0.0), car_ahead)
+    assert [s["no_collision"] for s in scores] == [0.0, 0.0, 1.0] and selected == 2
+
+
+def test_first_safe_falls_back_to_the_best_score_when_every_candidate_collides() -> None:
+    car_ahead = agents_from_boxes(box_around_ground_point(12.0, 0.0)[None], CAMERA, ScorerSettings())
+    slower = np.stack([4.0 * np.arange(1, 9), np.zeros(8)], axis=1)
+    scores, selected = score_candidates([slower, STRAIGHT_10MPS], (10.0, 0.0), car_ahead)
+    assert all(s["no_collision"] == 0.0 for s in scores)
+    assert selected == int(np.argmax([s["pdm_score"] for s in scores]))

@@ -18,6 +18,11 @@ from wamdiff2_ros.eval.metrics import Agents, DrivableArea, ScoringContext, pdm_
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 
+# ``first_safe``: the scorer as a safety filter on the planner's own choice. Driving the highest PDM score
+# (``pdm``) cost the closed loop: its straight corridor and static boxes cannot see a route that turns, and
+# its progress term rewards the faster sample (docs/DECISIONS.md, "the scorer drives the planner's plan").
+SELECTIONS = ("first_safe", "pdm")
+
 
 @dataclass(frozen=True)
 class ScorerSettings:
@@ -28,12 +33,16 @@ class ScorerSettings:
         corridor_length_m: how far ahead the corridor reaches.
         agent_length_m: length of a detected vehicle (its box gives only the rear's position).
         agent_width_m: width of a detected vehicle.
+        selection: which candidate is driven (``SELECTIONS``): ``first_safe``, the first candidate that
+            hits no detected vehicle (the planner's greedy plan comes first), the highest PDM score when
+            every one does; ``pdm``, the highest PDM score.
     """
 
     lateral_bound_m: float = 5.0
     corridor_length_m: float = 200.0
     agent_length_m: float = 4.5
     agent_width_m: float = 1.9
+    selection: str = "first_safe"
 
 
 def box_ground_points(boxes_px: np.ndarray, camera: Camera) -> np.ndarray:
@@ -77,7 +86,8 @@ def score_candidates(
     agents: Agents,
     settings: ScorerSettings | None = None,
 ) -> tuple[list[dict], int]:
-    """Sub-scores and PDM score of each candidate, and the index of the best (ties: the earliest).
+    """Sub-scores and PDM score of each candidate, and the index of the one to drive (``settings.selection``;
+    ties of the PDM score: the earliest).
 
     Args:
         candidates_ego: (8, 2) waypoint arrays in the ego frame.
@@ -103,5 +113,8 @@ def score_candidates(
         current_agents_ego=agents.poses_ego[:, 0],
     )
     scores = [pdm_subscores(np.asarray(c, dtype=np.float64), context) for c in candidates_ego]
-    selected = int(np.argmax([s["pdm_score"] for s in scores]))
-    return scores, selected
+    best = int(np.argmax([s["pdm_score"] for s in scores]))
+    if settings.selection == "pdm":
+        return scores, best
+    safe = [index for index, s in enumerate(scores) if s["no_collision"] > 0.0]
+    return scores, safe[0] if safe else best

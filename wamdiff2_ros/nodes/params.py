@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wamdiff2_ros.decoding import commit_rules
 from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, PROMPT_ATTENTIONS, WEIGHT_FORMATS, DecodeConfig
+from wamdiff2_ros.eval.scoring import SELECTIONS
 
 if TYPE_CHECKING:
     from rcl_interfaces.msg import ParameterDescriptor
@@ -273,6 +274,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
 
 
 SCORER_PARAMS: tuple[Param, ...] = (
+    Param(
+        "selection",
+        "first_safe",
+        "Which candidate is republished: first_safe, the first that hits no detected vehicle (the "
+        "planner's greedy plan comes first; the highest PDM score when every one does), or pdm, the "
+        "highest PDM score.",
+        choices=SELECTIONS,
+    ),
     Param(
         "corridor.lateral_bound_m",
         5.0,

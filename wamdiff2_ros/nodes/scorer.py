@@ -58,6 +58,7 @@ class ScorerNode(Node):
             corridor_length_m=p["corridor.length_m"],
             agent_length_m=p["agents.length_m"],
             agent_width_m=p["agents.width_m"],
+            selection=p["selection"],
         )
         self.mount = CameraMount(
             x_m=p["camera.mount_x_m"],
