@@ -4,11 +4,11 @@ slowdown it causes in a worker thread that needs the GIL between device waits (t
 The planner node's worker slowed by ~9 ms a plan on the H200 when 1080p frames came at 20 Hz instead of
 6 Hz (docs/BENCHMARKS.md, "The planner node on the H200"); rclpy's ``Subscription.take_message`` holds the
 GIL while FastDDS hands over and copies the 6.2 MB frame. This probe measures that without a model: a
-publisher process sends bgr8 frames at RATE Hz; the subscriber process spins an executor in one thread
-and runs a worker loop in another (Python work for ``WORK_US``, then a GIL-free wait for ``WAIT_US``, like
-a replay and its sync), and reports the worker's mean iteration time before and while frames arrive and
-the executor thread's CPU time per frame taken. Usage (the ROS wheels and the package's messages
-installed; on the device machine after ``tools/build_interfaces.py --install``):
+publisher process sends bgr8 frames at RATE Hz; the subscriber process spins an executor on its main
+thread (as the node does) and runs a worker loop in another (Python work for ``WORK_US``, then a GIL-free
+wait for ``WAIT_US``, like a replay and its sync), and reports the worker's mean iteration time before
+and while frames arrive and the executor thread's CPU time per frame taken. Usage (the ROS wheels and
+the package's messages installed; on the device machine after ``tools/build_interfaces.py --install``):
 ``python3 tools/probes/frame_take.py OUT.json [RATE]``; one JSON line per configuration on stdout too.
 """
 
@@ -105,17 +105,22 @@ def subscribe(executor_kind: str, raw: bool, switch_ms: float, heap: bool, secon
             executor.spin_once(timeout_sec=0.05)
             spin_cpu_s[0] += time.thread_time() - started
 
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    before = worker_iterations(300)  # the publisher waits for the match and 0.5 s more
-    while not frames:
-        time.sleep(0.01)
+    before: list[float] = []
     during: list[float] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        during += worker_iterations(50)
-    stop.set()
-    thread.join()
+
+    def work() -> None:
+        before.extend(worker_iterations(300))  # the publisher waits for the match and 0.5 s more
+        while not frames:
+            time.sleep(0.01)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            during.extend(worker_iterations(50))
+        stop.set()
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    spin()  # on the main thread, as the node's rclpy.spin: glibc serves it from the main arena
+    worker.join()
     return {
         "executor": executor_kind,
         "raw": raw,

@@ -5,7 +5,7 @@ every 6.2 MB 1080p frame that Fast DDS and rclpy copy on its way into Python lan
 must fault in and zero. rclpy's take holds the GIL meanwhile (``Subscription.take_message``): on the H200
 host the executor spent ~15 ms of CPU a frame taking it, and a worker thread that needs the GIL between
 device waits ran 32 % slower while 1080p frames came at 20 Hz. With the threshold above a frame and the
-heap's top kept (trim threshold) the take costs ~3 ms and the worker does not slow
+heap's top kept (trim threshold) the take costs ~3 ms and the worker slows by 1 %
 (``tools/probes/frame_take.py``, docs/BENCHMARKS.md "The planner node on the H200"). Both settings are
 needed: with the threshold alone the freed heap top is trimmed back to the kernel after every frame.
 """
