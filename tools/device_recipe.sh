@@ -26,7 +26,8 @@ export PYTHONPATH=/tmp/site:$PWD
 # left), which leaves the time for the tarballs; the timeout is the backstop.
 timeout "$seconds" python3 -m wamdiff2_ros.cli.main train recipe "$recipe" --resume "$run" \
   --time-limit $((seconds - 30)) "$@" 2>&1 |
-  tr '\r' '\n' | grep -v -E '[0-9]+/[0-9]+ \[[0-9:]+<' | tee "$OUT/recipe_job.log"  # no progress bars
+  tr '\r' '\n' | grep -v -E '[0-9]+/[0-9]+ \[[0-9:]+<|pkg_resources' |  # no progress bars, no pygame warnings
+  tee "$OUT/recipe_job.log"  # a short output: the next job's call must follow within ~30 s
 python3 - "$recipe" "$run" "$OUT" <<'PY'
 import json, sys, tarfile
 from pathlib import Path
