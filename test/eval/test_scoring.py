@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
 from wamdiff2_ros.geometry import Camera
 
@@ -67,3 +68,8 @@ def test_first_safe_falls_back_to_the_best_score_when_every_candidate_collides()
     scores, selected = score_candidates([slower, STRAIGHT_10MPS], (10.0, 0.0), car_ahead)
     assert all(s["no_collision"] == 0.0 for s in scores)
     assert selected == int(np.argmax([s["pdm_score"] for s in scores]))
+
+
+def test_an_unknown_selection_rule_is_refused() -> None:
+    with pytest.raises(InputError, match="selection"):
+        ScorerSettings(selection="best")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.metrics import Agents, DrivableArea, ScoringContext, pdm_subscores
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
@@ -43,6 +44,10 @@ class ScorerSettings:
     agent_length_m: float = 4.5
     agent_width_m: float = 1.9
     selection: str = "first_safe"
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise InputError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
 
 
 def box_ground_points(boxes_px: np.ndarray, camera: Camera) -> np.ndarray:
