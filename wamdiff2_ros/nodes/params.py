@@ -215,6 +215,15 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "(at most a period and a quarter) instead: plans start on fresher frames (docs/DECISIONS.md).",
     ),
     Param(
+        "input.frame_buffers_in_heap",
+        "auto",
+        "Keep frame-sized buffers in the C heap (glibc mallopt, nodes/allocator.py): the executor's take of "
+        "a 1080p frame then costs ~3 ms under the GIL instead of ~15; auto: on for a CUDA model.device "
+        "(where the plan's host work waits on that GIL), off on the CPU (the CPU node planned slower "
+        "with it, docs/DECISIONS.md).",
+        choices=("auto", "on", "off"),
+    ),
+    Param(
         "input.min_image_side_px",
         32,
         "Frames with a side shorter than this are rejected (one visual token covers 32x32 px; a smaller "
