@@ -27,7 +27,7 @@ from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
-from wamdiff2_ros.decoding.prefill import PromptInputs, prompt_inputs
+from wamdiff2_ros.decoding.prefill import PromptInputs, PromptLayouts, prompt_inputs
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import PromptTensors
 
@@ -90,6 +90,7 @@ class StaticBlockCache:
         self.max_prompt_len = max_prompt_len
         self.decoder = decoder or LeanDecoder(model)
         self.vision = vision or LeanVision(model)
+        self.layouts = PromptLayouts(model)  # a frame's positions and rotary tables, made once per layout
         self.cache = StaticKVCache.allocate(
             self.decoder.num_layers,
             rows,
@@ -163,7 +164,7 @@ class StaticBlockCache:
         if prompt.length > self.max_prompt_len:
             raise InputError(f"prompt of {prompt.length} tokens exceeds max_prompt_len {self.max_prompt_len}")
         started = time.perf_counter()
-        inputs = prompt_inputs(self.model, prompt, self.vision)
+        inputs = prompt_inputs(self.model, prompt, self.vision, self.layouts)
         _synchronize(self.model.device)
         self.vision_s = time.perf_counter() - started
         self.prefill_text(inputs)
