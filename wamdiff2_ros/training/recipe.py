@@ -30,6 +30,9 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   training seed; ``width`` of the renders, ``route_m``, ``max_s``, ``block_size``, ``steps``,
   ``commit_rule``, ``detect_every``, ``workers``: CPU processes side by side) -> ``report.json``
   (``wamdiff2 eval closed-loop``'s).
+- ``bundle``: ``model`` (a pack) installed into the folder ``to`` (e.g. ``models/default``; its card and
+  tokenizer files stay) and the card's tables rewritten from ``evaluations``, evaluate and closed-loop
+  steps (``training/card.py``) -> ``to``.
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
@@ -78,6 +81,7 @@ KINDS = (
     "pack",
     "evaluate",
     "closed_loop",
+    "bundle",
 )
 REFERENCES = ("model", "teacher", "data", "heldout")  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
@@ -132,6 +136,7 @@ def _references(step: dict[str, Any]) -> list[str]:
     return [step[key] for key in REFERENCES if key in step] + [
         *step.get("vocab_from", []),
         *step.get("from", []),
+        *step.get("evaluations", []),
     ]
 
 
@@ -205,7 +210,8 @@ def run_recipe(
     state_path = run / STATE
     outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
     deadline = None if time_limit is None else time.time() + time_limit
-    context = _Context(run, device or recipe.device, recipe.training, outputs, deadline)
+    command = f"wamdiff2 train recipe {recipe.path} --resume {run} --until"
+    context = _Context(run, device or recipe.device, recipe.training, outputs, deadline, command)
 
     def note(line: str) -> None:
         log(line)
@@ -305,6 +311,7 @@ class _Context:
     training: dict[str, Any]
     outputs: dict[str, str]
     deadline: float | None = None  # time.time() at which training steps stop
+    command: str = ""  # how to run the recipe up to a step: ``command`` + the step's name
 
     def output(self, name: str) -> Path:
         return Path(self.outputs[name])
@@ -531,6 +538,22 @@ def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
     return out / "report.json"
 
 
+def _bundle(step: dict[str, Any], context: _Context) -> Path:
+    from wamdiff2_ros.training.card import bundle
+
+    evaluations = {name: context.output(name) for name in step.get("evaluations", [])}
+    for name, path in evaluations.items():
+        if path.name not in ("metrics.json", "report.json"):
+            raise InputError(f"step {step['name']!r}: {name!r} is not an evaluate or closed_loop step")
+    return bundle(
+        context.output(step["model"]),
+        Path(step["to"]),
+        f"{context.command} {step['name']}",
+        {name: path for name, path in evaluations.items() if path.name == "metrics.json"},
+        {name: path for name, path in evaluations.items() if path.name == "report.json"},
+    )
+
+
 STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "generate": _generate,
     "dagger": _dagger,
@@ -541,4 +564,5 @@ STEPS: dict[str, Callable[[dict[str, Any], _Context], Path]] = {
     "pack": _pack,
     "evaluate": _evaluate,
     "closed_loop": _closed_loop,
+    "bundle": _bundle,
 }
