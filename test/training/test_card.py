@@ -108,17 +108,19 @@ def test_the_card_keeps_its_prose_and_its_tables_are_replaced(tmp_path):
     )
 
 
-def test_install_keeps_the_folders_card_and_tokenizer(tmp_path):
+def test_install_keeps_the_folders_card_and_tokenizer_and_drops_its_other_files(tmp_path):
     pack, to = tmp_path / "pack", tmp_path / "default"
     for folder in (pack, to):
         folder.mkdir()
     for name in ("model.safetensors", "config.json", "tokenizer.json", "MODEL_CARD.md"):
         (pack / name).write_text(f"pack {name}")
     (to / "tokenizer.json").write_text("ours")
+    (to / "trainer_state.json").write_text("an older model's lineage")
     (to / "MODEL_CARD.md").write_text("our card")
     assert install(pack, to) == ["config.json", "model.safetensors"]
     assert (to / "tokenizer.json").read_text() == "ours" and (to / "MODEL_CARD.md").read_text() == "our card"
     assert (to / "model.safetensors").read_text() == "pack model.safetensors"
+    assert not (to / "trainer_state.json").exists()
     fresh = tmp_path / "fresh"
     install(pack, fresh)
     assert (fresh / "tokenizer.json").read_text() == "pack tokenizer.json" and not (

@@ -73,6 +73,7 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report
     driven = json.loads(Path(outputs["driven"]).read_text())
     assert driven["seeds"] == [2] and driven["policies"]["model"]["plans"] > 0
+    assert (Path(outputs["packed"]) / "trainer_state.json").exists()  # the lineage travels with the pack
     bundled = Path(outputs["bundle"])
     assert (bundled / "model.safetensors").read_bytes() == (
         Path(outputs["packed"]) / "model.safetensors"

@@ -3,7 +3,7 @@ the recipe's own evaluations.
 
 The card's prose is written by people; the part between ``BEGIN`` and ``END`` is the recipe's and is
 rewritten each time the step runs (the markers are appended to a card that has none). The folder keeps its
-card and the tokenizer files; every other file of the pack replaces its namesake.
+card and the tokenizer files; its other files are replaced by the pack's.
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ FAILURES = (
 
 
 def install(pack: Path, to: Path) -> list[str]:
-    """Copy the files of checkpoint folder ``pack`` into ``to`` (made if missing), except ``KEPT``; returns
-    the names copied."""
+    """Make ``to`` (made if missing) hold the files of checkpoint folder ``pack`` and its own ``KEPT`` ones:
+    its other files go (an older model's lineage files must not describe this one). Returns the names
+    copied."""
     to.mkdir(parents=True, exist_ok=True)
+    for path in (p for p in to.iterdir() if p.is_file() and p.name not in KEPT):
+        path.unlink()
     copied = []
     for path in sorted(p for p in pack.iterdir() if p.is_file() and p.name not in KEPT):
         shutil.copyfile(path, to / path.name)

@@ -454,10 +454,14 @@ def _reduce_vocabulary(step: dict[str, Any], context: _Context) -> Path:
 
 def _pack(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget, save_checkpoint
+    from wamdiff2_ros.training import checkpoints
 
     source, out = context.output(step["model"]), context.folder(step)
     loaded = load_checkpoint(source, dtype="bf16")
     save_checkpoint(loaded.model, out, pixels=read_pixel_budget(source))
+    for lineage in (checkpoints.STATE, checkpoints.CONFIG):  # what made it: a bundled model's card cites them
+        if (source / lineage).exists():
+            shutil.copyfile(source / lineage, out / lineage)
     return out
 
 
