@@ -27,14 +27,15 @@ def _planner(ade: float) -> dict:
     }
 
 
-def _metrics(ade: float, map_: float) -> dict:
+def _metrics(ade: float, map_: float, forwards: float = 20.0) -> dict:
     detection = {
         "map": map_,
         "ap50": 2 * map_,
         "by_distance": {"0-15 m": {"map": 3 * map_}, "60+ m": {"map": 0.0}},
     }
     planners = {"model": _planner(ade), "expert": _planner(0.0), "constant-velocity": _planner(3.3)}
-    return {"planners": planners, "detection": detection}
+    cost = {"planning": {"forwards_per_answer": forwards}}
+    return {"planners": planners, "detection": detection, "cost": cost}
 
 
 def _episodes(scores: list[float], kinds: list[str]) -> list[dict]:
@@ -71,9 +72,10 @@ def _report() -> dict:
 
 
 def test_the_open_loop_table_has_each_model_and_the_baselines_once():
-    table = open_loop_table({"heldout": _metrics(2.4, 0.04), "heldout_teacher": _metrics(2.0, 0.08)})
-    assert "| heldout | 300 | 2.400 | 4.800 | 0.100 | 0.500 | 0.600 | 0.040 | 0.080 |" in table
-    assert "| heldout_teacher | 300 | 2.000 |" in table
+    table = open_loop_table({"heldout": _metrics(2.4, 0.04), "heldout_teacher": _metrics(2.0, 0.08, 97.0)})
+    assert "| heldout | 300 | 2.400 | 4.800 | 0.100 | 0.500 | 0.600 | 20.0 | 0.040 | 0.080 |" in table
+    assert "| heldout_teacher | 300 | 2.000 | 4.000 | 0.100 | 0.500 | 0.600 | 97.0 |" in table
+    assert "| expert | 300 | 0.000 | 0.000 | 0.100 | 0.500 | 0.600 | - | - | - |" in table
     assert table.count("| expert |") == 1 and table.count("| constant-velocity |") == 1
     assert "| heldout | 0.120 | 0.000 |" in table  # mAP by distance band
 

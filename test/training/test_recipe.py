@@ -46,10 +46,12 @@ def _recipe(tmp_path: Path) -> Path:
             {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"], "repeat": {"rollouts": 2}},
             {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
+            {"name": "metrics_ar", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
+             "block_size": 1, "steps": 1},
             {"name": "driven", "kind": "closed_loop", "model": "packed", "policies": ["expert", "model"],
              "episodes": 1, "seed": 2, "width": 128, "max_s": 3.0, "block_size": 8, "steps": 4},
             {"name": "bundle", "kind": "bundle", "model": "packed", "to": str(tmp_path / "default"),
-             "evaluations": ["metrics", "driven"]},
+             "evaluations": ["metrics", "metrics_ar", "driven"], "reference": "metrics_ar"},
         ],
     }  # fmt: skip
     path = tmp_path / "recipe.yaml"
@@ -80,6 +82,7 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     ).read_bytes()
     card = (bundled / "MODEL_CARD.md").read_text()
     assert "--until bundle`" in card and "| metrics | 1 |" in card and "| driven: model | 1 |" in card
+    assert "- metrics against metrics_ar (1 samples): ADE " in card and "forwards a plan" in card
     vision = json.loads((Path(outputs["init"]) / "config.json").read_text())["vision_config"]
     assert (vision["depth"], vision["hidden_size"], vision["deepstack_visual_indexes"]) == (3, 64, [1, 2])
     run = tmp_path / "run"
@@ -117,7 +120,7 @@ def test_a_time_limit_leaves_steps_that_do_not_fit_and_stops_training_resumably(
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     lines: list[str] = []
     assert run_recipe(load_recipe(path), until="teacher", time_limit=3600.0, log=lines.append) == {}
-    assert lines == ["[1/10] scenes (generate): left for the next run (3600 s of the time limit left)"]
+    assert lines == ["[1/11] scenes (generate): left for the next run (3600 s of the time limit left)"]
     del raw["steps"][0]["expected_s"]
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     recipe = load_recipe(path)

@@ -18,15 +18,16 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.open_loop import load_predictions, load_truth
 
 
-def sample_ade(data_dir: Path, predictions: Path) -> np.ndarray:
-    """Per-sample ADE (m) of a predictions file, in the ground truth's sample order.
+def sample_ade(data_dir: Path, predictions: Path, ids: list[str] | None = None) -> np.ndarray:
+    """Per-sample ADE (m) of a predictions file, in the ground truth's sample order (of ``ids`` only when
+    given: e.g. the samples two partial evaluations share).
 
     Raises:
-        KeyError: a sample of the ground truth has no prediction.
+        KeyError: a sample of the ground truth (or of ``ids``) has no prediction.
     """
     truth, planned = load_truth(data_dir), load_predictions(predictions)
     return np.array(
-        [np.linalg.norm(planned[i] - truth[i].waypoints_ego, axis=1).mean() for i in sorted(truth)]
+        [np.linalg.norm(planned[i] - truth[i].waypoints_ego, axis=1).mean() for i in sorted(ids or truth)]
     )
 
 

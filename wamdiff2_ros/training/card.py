@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from wamdiff2_ros.eval.paired import driving_scores, paired_difference
+from wamdiff2_ros.eval.open_loop import load_predictions
+from wamdiff2_ros.eval.paired import driving_scores, paired_difference, paired_ratio, sample_ade
 
 BEGIN = "<!-- recipe tables: begin (written by `wamdiff2 train recipe`; edit the recipe, not this part) -->"
 END = "<!-- recipe tables: end -->"
@@ -51,26 +52,62 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _forwards(metrics: dict[str, Any]) -> float | None:
+    """Forwards per planning answer of an evaluation (``metrics.json``'s ``cost``; older ones have none)."""
+    return metrics.get("cost", {}).get("planning", {}).get("forwards_per_answer")
+
+
+def against_reference(evaluations: dict[str, Path], reference: tuple[str, Path]) -> list[str]:
+    """One line per evaluation of the reference's data: its ADE as a ratio of the reference's over the
+    samples both answered, with the 90 % paired interval, and the forwards each takes per answer. Paths are
+    ``metrics.json`` files, the answers (``planning.json``) beside them."""
+    name, path = reference
+    metrics = json.loads(path.read_text())
+    data, theirs = Path(metrics["data"]), path.parent / "planning.json"
+    lines = []
+    for other, other_path in evaluations.items():
+        mine_metrics = json.loads(other_path.read_text())
+        if other == name or mine_metrics["data"] != metrics["data"]:
+            continue  # itself, or other samples: no pair
+        mine = other_path.parent / "planning.json"
+        ids = sorted(set(load_predictions(mine)) & set(load_predictions(theirs)))
+        paired = paired_ratio(sample_ade(data, mine, ids), sample_ade(data, theirs, ids))
+        line = (
+            f"- {other} against {name} ({paired['samples']} samples): ADE {paired['ade_m']:.3f} / "
+            f"{paired['reference_ade_m']:.3f} m = {paired['ratio']:.3f}x (90 % {paired['low']:.3f} .. "
+            f"{paired['high']:.3f})"
+        )
+        mine_forwards, their_forwards = _forwards(mine_metrics), _forwards(metrics)
+        if mine_forwards and their_forwards:
+            line += (
+                f", {mine_forwards:.1f} against {their_forwards:.1f} forwards a plan "
+                f"({their_forwards / mine_forwards:.1f}x fewer)"
+            )
+        lines.append(line)
+    return lines
+
+
 def open_loop_table(evaluations: dict[str, dict[str, Any]]) -> str:
     """Markdown: each evaluation's model (named by its step) and the first one's baselines, with the
     planning metrics; then each model's detection AP by distance band. ``evaluations``: step name ->
     ``metrics.json``."""
     lines = [
-        "| planner | samples | ADE m | FDE m | collision rate | comfort | PDMS | detection mAP | AP50 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| planner | samples | ADE m | FDE m | collision rate | comfort | PDMS | forwards / plan "
+        "| detection mAP | AP50 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     first = next(iter(evaluations.values()))
     rows = [
-        (name, metrics["planners"]["model"], metrics.get("detection"))
+        (name, metrics["planners"]["model"], metrics.get("detection"), _forwards(metrics))
         for name, metrics in evaluations.items()
     ]
-    rows += [(name, first["planners"][name], None) for name in BASELINES if name in first["planners"]]
-    for name, planner, detection in rows:
+    rows += [(name, first["planners"][name], None, None) for name in BASELINES if name in first["planners"]]
+    for name, planner, detection, forwards in rows:
         detection = detection or {}
         lines.append(
             f"| {name} | {planner['samples']} | {_number(planner['ade_m'])} | {_number(planner['fde_m'])} | "
             f"{_number(planner['collision_rate'])} | {_number(planner['comfort'])} | "
-            f"{_number(planner['pdm_score'])} | {_number(detection.get('map'))} | "
+            f"{_number(planner['pdm_score'])} | {_number(forwards, 1)} | {_number(detection.get('map'))} | "
             f"{_number(detection.get('ap50'))} |"
         )
     bands = [
@@ -143,9 +180,14 @@ def closed_loop_table(reports: dict[str, dict[str, Any]]) -> str:
 
 
 def card_tables(
-    command: str, evaluations: dict[str, dict[str, Any]], reports: dict[str, dict[str, Any]], weights: Path
+    command: str,
+    evaluations: dict[str, dict[str, Any]],
+    reports: dict[str, dict[str, Any]],
+    weights: Path,
+    paired: list[str] | None = None,
 ) -> str:
-    """The card's recipe part: how it was made, the weights' size, then the open- and closed-loop tables."""
+    """The card's recipe part: how it was made, the weights' size, then the open-loop table with the
+    ``paired`` lines under it (``against_reference``), then the closed-loop table."""
     parts = [
         BEGIN,
         "",
@@ -157,6 +199,7 @@ def card_tables(
             "Open loop (held-out samples, greedy answers, planning grammar on):",
             "",
             open_loop_table(evaluations),
+            *(["", *paired] if paired else []),
         ]
     if reports:
         parts += ["", "Closed loop (seeded episodes in the simulator):", "", closed_loop_table(reports)]
@@ -175,16 +218,23 @@ def write_tables(card: Path, tables: str) -> None:
 
 
 def bundle(
-    pack: Path, to: Path, command: str, evaluations: dict[str, Path], reports: dict[str, Path]
+    pack: Path,
+    to: Path,
+    command: str,
+    evaluations: dict[str, Path],
+    reports: dict[str, Path],
+    reference: tuple[str, Path] | None = None,
 ) -> Path:
     """Install ``pack`` into ``to`` and write its card's tables from the evaluations' ``metrics.json`` and the
-    closed loops' ``report.json`` (by step name); returns ``to``."""
+    closed loops' ``report.json`` (by step name), each evaluation's ADE paired with ``reference``'s (a step
+    name and its ``metrics.json``) when given; returns ``to``."""
     install(pack, to)
     tables = card_tables(
         command,
         {name: json.loads(path.read_text()) for name, path in evaluations.items()},
         {name: json.loads(path.read_text()) for name, path in reports.items()},
         to / "model.safetensors",
+        against_reference(evaluations, reference) if reference is not None else None,
     )
     write_tables(to / "MODEL_CARD.md", tables)
     return to

@@ -32,7 +32,8 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   (``wamdiff2 eval closed-loop``'s).
 - ``bundle``: ``model`` (a pack) installed into the folder ``to`` (e.g. ``models/default``; its card and
   tokenizer files stay) and the card's tables rewritten from ``evaluations``, evaluate and closed-loop
-  steps (``training/card.py``) -> ``to``.
+  steps, each evaluate step's ADE also paired with that of ``reference`` (an evaluate step, e.g. the
+  teacher's) (``training/card.py``) -> ``to``.
 
 A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
 steps can only refer back. Every finished step's output is recorded in the run folder's
@@ -83,7 +84,13 @@ KINDS = (
     "closed_loop",
     "bundle",
 )
-REFERENCES = ("model", "teacher", "data", "heldout")  # keys whose value is one earlier step's name
+REFERENCES = (
+    "model",
+    "teacher",
+    "data",
+    "heldout",
+    "reference",
+)  # keys whose value is one earlier step's name
 STATE = "recipe_state.json"
 # keys that say how a step runs, not what it makes
 SCHEDULING_KEYS = ("expected_s", "workers", "num_workers", "host_threads", "ckpt_every_steps")
@@ -468,7 +475,7 @@ def _pack(step: dict[str, Any], context: _Context) -> Path:
 def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections
-    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, predict_records
+    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, cost_summary, predict_records
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
     from wamdiff2_ros.model.image import MIN_PIXELS
     from wamdiff2_ros.model.prompt import min_int_digits_of
@@ -479,7 +486,7 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_checkpoint(checkpoint)
     min_pixels, max_pixels = read_pixel_budget(checkpoint) or (MIN_PIXELS, loaded.max_pixels)
-    answers = {}
+    answers, costs = {}, {}
     for task in ("planning", "detection"):
         records = load_records(data / f"{task}.json", task)[: step.get("samples") or None]
         config = DecodeConfig(
@@ -492,10 +499,12 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
         predictions = predict_records(
             loaded.model, loaded.tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
         )
+        costs[task] = cost_summary(predictions)
         answers[task] = out / f"{task}.json"
         answers[task].write_text(json.dumps(answers_file(task, data, predictions), indent=1) + "\n")
     report = evaluate_open_loop(data, {"model": load_predictions(answers["planning"])})
     report["detection"] = score_detections(data, answers["detection"])
+    report["cost"] = costs  # forwards per answer: the student's bar is "several times fewer" than its teacher
     (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     return out / "metrics.json"
 
@@ -549,12 +558,16 @@ def _bundle(step: dict[str, Any], context: _Context) -> Path:
     for name, path in evaluations.items():
         if path.name not in ("metrics.json", "report.json"):
             raise InputError(f"step {step['name']!r}: {name!r} is not an evaluate or closed_loop step")
+    reference = (step["reference"], context.output(step["reference"])) if "reference" in step else None
+    if reference is not None and reference[1].name != "metrics.json":
+        raise InputError(f"step {step['name']!r}: its reference {reference[0]!r} is not an evaluate step")
     return bundle(
         context.output(step["model"]),
         Path(step["to"]),
         f"{context.command} {step['name']}",
         {name: path for name, path in evaluations.items() if path.name == "metrics.json"},
         {name: path for name, path in evaluations.items() if path.name == "report.json"},
+        reference,
     )
 
 
