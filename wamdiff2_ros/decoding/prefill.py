@@ -109,7 +109,8 @@ def prompt_inputs(
 ) -> PromptInputs:
     """Run the vision tower (``vision``, else transformers') and build the text decoder's inputs (the layout's
     part from ``layouts`` when given). The tower is launched before the host works out the layout, so on a
-    GPU the two overlap; nothing here waits for the device.
+    GPU the two overlap; with the layout already in ``layouts`` nothing here waits for the device (a new
+    layout's upload of its positions does).
 
     Raises:
         InputError: the prompt's image pad tokens and the image's features differ in number.

@@ -35,8 +35,8 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   steps, each evaluate step's ADE also paired with that of ``reference`` (an evaluate step, e.g. the
   teacher's) (``training/card.py``) -> ``to``.
 
-A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``) is that step's output, so
-steps can only refer back. Every finished step's output is recorded in the run folder's
+A reference to another step (``model``, ``teacher``, ``data``, ``vocab_from``, ``evaluations``, ...) is
+that step's output, so steps can only refer back. Every finished step's output is recorded in the run folder's
 ``recipe_state.json``; running the recipe again skips finished steps, except those whose output is gone
 while a step still to run reads it (a run folder carried to a fresh machine without its data folders
 makes the data those steps need again, from the same seeds), and a training step cut short (a GPU job's
@@ -84,13 +84,8 @@ KINDS = (
     "closed_loop",
     "bundle",
 )
-REFERENCES = (
-    "model",
-    "teacher",
-    "data",
-    "heldout",
-    "reference",
-)  # keys whose value is one earlier step's name
+# keys whose value is one earlier step's name
+REFERENCES = ("model", "teacher", "data", "heldout", "reference")
 STATE = "recipe_state.json"
 # keys that say how a step runs, not what it makes
 SCHEDULING_KEYS = ("expected_s", "workers", "num_workers", "host_threads", "ckpt_every_steps")
