@@ -13,22 +13,22 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from wamdiff2_ros.eval.closed_loop import FAILURE_MODES
 from wamdiff2_ros.eval.open_loop import load_predictions
 from wamdiff2_ros.eval.paired import driving_scores, paired_difference, paired_ratio, sample_ade
+from wamdiff2_ros.sim.scenes import SCENE_KINDS
 
 BEGIN = "<!-- recipe tables: begin (written by `wamdiff2 train recipe`; edit the recipe, not this part) -->"
 END = "<!-- recipe tables: end -->"
 KEPT = ("MODEL_CARD.md", "tokenizer.json", "tokenizer_config.json")  # the folder's own, never a pack's
 BASELINES = ("expert", "constant-velocity")
-KINDS = ("highway", "intersection", "roundabout")
-FAILURES = (
-    ("collision_same_direction", "same-dir"),
-    ("collision_crossing", "crossing"),
-    ("collision_oncoming", "oncoming"),
-    ("route_deviation", "departure"),
-    ("stall", "stall"),
-    ("timeout", "timeout"),
-)
+FAILURES = tuple(mode for mode in FAILURE_MODES if mode != "completed")
+HEADERS = {  # the failure columns' names, short enough for a table
+    "collision_same_direction": "same-dir",
+    "collision_crossing": "crossing",
+    "collision_oncoming": "oncoming",
+    "route_deviation": "departure",
+}
 
 
 def install(pack: Path, to: Path) -> list[str]:
@@ -132,11 +132,11 @@ def open_loop_table(evaluations: dict[str, dict[str, Any]]) -> str:
 def _policy_row(label: str, policy: dict[str, Any]) -> str:
     episodes = policy["episodes"]
     by_kind = []
-    for kind in KINDS:
+    for kind in SCENE_KINDS:
         scores = [e["driving_score"] for e in episodes if e.get("kind") == kind]
         by_kind.append(_number(sum(scores) / len(scores)) if scores else "-")
     modes = policy["summary"].get("failure_modes", {})
-    counts = [str(modes.get(mode, 0)) for mode, _ in FAILURES]
+    counts = [str(modes.get(mode, 0)) for mode in FAILURES]
     return (
         f"| {label} | {len(episodes)} | {_number(policy['summary']['driving_score'])} | "
         + " | ".join(by_kind)
@@ -151,7 +151,8 @@ def closed_loop_table(reports: dict[str, dict[str, Any]]) -> str:
     the first report that drove it), with the driving score overall and by scene kind and each failure
     mode's count; then each model policy's paired difference to constant velocity over the same episodes,
     with its 90 % interval. ``reports``: step name -> ``report.json``."""
-    header = ["policy", "episodes", "driving score", *KINDS, "completed", *(short for _, short in FAILURES)]
+    failures = [HEADERS.get(mode, mode) for mode in FAILURES]
+    header = ["policy", "episodes", "driving score", *SCENE_KINDS, "completed", *failures]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     models = [
         (f"{step}: {name}", policy)
