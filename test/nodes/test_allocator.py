@@ -57,8 +57,8 @@ def test_a_1080p_frame_buffer_is_mapped_afresh_by_default_and_comes_from_the_hea
         ("auto", "cuda", True),
         ("auto", "cuda:1", True),
         ("auto", "cpu", False),
-        ("on", "cpu", True),
-        ("off", "cuda", False),
+        ("always", "cpu", True),
+        ("never", "cuda", False),
     ],
 )
 def test_the_planner_sets_it_for_a_cuda_model_unless_told(setting: str, device: str, expected: bool) -> None:

@@ -200,3 +200,11 @@ def test_parameter_tables_import_without_ros() -> None:
 def test_out_of_range_values_name_the_parameter(param: Param, value, match: str) -> None:
     with pytest.raises(ValueError, match=f"parameter {param.name} = .*{match}"):
         param.check(value)
+
+
+@pytest.mark.parametrize("param", [p for table in TABLES.values() for p in table if p.choices], ids=str)
+def test_every_choice_reads_back_from_yaml_as_the_same_string(param: Param) -> None:
+    """A choice such as ``off`` would reach the node as a boolean from a parameter file or ``--set``
+    (YAML 1.1) and be refused as the wrong type."""
+    for choice in param.choices:
+        assert yaml.safe_load(f"k: {choice}")["k"] == choice or choice == ""

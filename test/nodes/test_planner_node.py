@@ -541,3 +541,19 @@ def _value(probe: Probe, node: str, key: str) -> str | None:
                     if kv.key == key:
                         return kv.value
     return None
+
+
+def test_a_parameter_of_the_wrong_type_is_the_error_the_node_reports() -> None:
+    """rclpy's shutdown destroys a node whose constructor failed: that must not hide the cause."""
+    import rclpy
+    from rclpy.exceptions import InvalidParameterTypeException
+    from rclpy.parameter import Parameter
+
+    from wamdiff2_ros.nodes.planner import PlannerNode
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    with pytest.raises(InvalidParameterTypeException, match="input.frame_buffers_in_heap") as raised:
+        PlannerNode(context=context, parameter_overrides=[Parameter("input.frame_buffers_in_heap", value=False)])
+    context.try_shutdown()  # destroys the half-built node, kept alive by the traceback as in `spin_node`
+    del raised

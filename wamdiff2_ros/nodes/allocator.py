@@ -42,8 +42,8 @@ def keep_frame_buffers_in_heap() -> bool:
 
 
 def frame_buffers_in_heap(setting: str, model_device: str) -> bool:
-    """Whether the planner sets ``keep_frame_buffers_in_heap``: ``on``, ``off``, or ``auto`` (a CUDA model
-    device such as ``cuda`` or ``cuda:1``)."""
+    """Whether the planner sets ``keep_frame_buffers_in_heap``: ``always``, ``never``, or ``auto`` (a CUDA
+    model device such as ``cuda`` or ``cuda:1``)."""
     if setting == "auto":
         return model_device == "cuda" or model_device.startswith("cuda:")
-    return setting == "on"
+    return setting == "always"

@@ -218,10 +218,10 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "input.frame_buffers_in_heap",
         "auto",
         "Keep frame-sized buffers in the C heap (glibc mallopt, nodes/allocator.py): the executor's take of "
-        "a 1080p frame then costs ~3 ms under the GIL instead of ~15; auto: on for a CUDA model.device "
-        "(where the plan's host work waits on that GIL), off on the CPU (the CPU node planned slower "
-        "with it, docs/DECISIONS.md).",
-        choices=("auto", "on", "off"),
+        "a 1080p frame then costs ~3 ms under the GIL instead of ~15; auto: always for a CUDA "
+        "model.device (where the plan's host work waits on that GIL), never on the CPU (the CPU node "
+        "planned slower with it, docs/DECISIONS.md).",
+        choices=("auto", "always", "never"),  # not on/off: YAML 1.1 reads those as booleans
     ),
     Param(
         "input.min_image_side_px",

@@ -582,7 +582,9 @@ class PlannerNode(Node):
         )
 
     def destroy_node(self) -> None:
-        self.worker.stop()
+        # rclpy's shutdown destroys a node whose constructor failed (a parameter of the wrong type) too
+        if hasattr(self, "worker"):
+            self.worker.stop()
         super().destroy_node()
 
 
