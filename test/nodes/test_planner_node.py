@@ -13,9 +13,12 @@ import time
 
 import numpy as np
 import pytest
+import rclpy
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
+from rclpy.exceptions import InvalidParameterTypeException
+from rclpy.parameter import Parameter
 from ros_harness import Probe, node_command, node_output, start_node, start_process, stop_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header
@@ -25,6 +28,7 @@ from wamdiff2_ros.decoding.planner import Planner
 from wamdiff2_ros.model.parse import salvage_detections
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
+from wamdiff2_ros.nodes.planner import PlannerNode
 from wamdiff2_ros.nodes.qos import RELIABLE
 
 NS = "/planner_test"
@@ -545,12 +549,6 @@ def _value(probe: Probe, node: str, key: str) -> str | None:
 
 def test_a_parameter_of_the_wrong_type_is_the_error_the_node_reports() -> None:
     """rclpy's shutdown destroys a node whose constructor failed: that must not hide the cause."""
-    import rclpy
-    from rclpy.exceptions import InvalidParameterTypeException
-    from rclpy.parameter import Parameter
-
-    from wamdiff2_ros.nodes.planner import PlannerNode
-
     context = rclpy.Context()
     rclpy.init(context=context)
     name = "input.frame_buffers_in_heap"
