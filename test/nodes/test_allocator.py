@@ -8,8 +8,6 @@ import textwrap
 
 import pytest
 
-from wamdiff2_ros.nodes.allocator import frame_buffers_in_heap
-
 # In a child process: mallopt changes the whole process's allocator, and the test runner's must stay as it is.
 PROBE = textwrap.dedent(
     """
@@ -50,16 +48,3 @@ def test_a_1080p_frame_buffer_is_mapped_afresh_by_default_and_comes_from_the_hea
     assert (default, applied) == (1, 1)
     assert (first, second) == (0, 0)
 
-
-@pytest.mark.parametrize(
-    ("setting", "device", "expected"),
-    [
-        ("auto", "cuda", True),
-        ("auto", "cuda:1", True),
-        ("auto", "cpu", False),
-        ("always", "cpu", True),
-        ("never", "cuda", False),
-    ],
-)
-def test_the_planner_sets_it_for_a_cuda_model_unless_told(setting: str, device: str, expected: bool) -> None:
-    assert frame_buffers_in_heap(setting, device) is expected

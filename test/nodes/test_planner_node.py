@@ -551,7 +551,7 @@ def test_a_parameter_of_the_wrong_type_is_the_error_the_node_reports() -> None:
     """rclpy's shutdown destroys a node whose constructor failed: that must not hide the cause."""
     context = rclpy.Context()
     rclpy.init(context=context)
-    name = "input.frame_buffers_in_heap"
+    name = "model.device"
     with pytest.raises(InvalidParameterTypeException, match=re.escape(name)) as raised:
         PlannerNode(context=context, parameter_overrides=[Parameter(name, value=False)])
     context.try_shutdown()  # destroys the half-built node, kept alive by the traceback as in `spin_node`

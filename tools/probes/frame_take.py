@@ -34,7 +34,7 @@ CONFIGS = [  # (executor, raw subscription, switch interval in ms, frame buffers
     ("single", True, 5.0, False),
     ("events", False, 5.0, False),
     ("single", False, 0.5, False),
-    ("single", False, 5.0, True),  # a CUDA planner's setting (wamdiff2_ros/nodes/allocator.py)
+    ("single", False, 5.0, True),  # the planner's opt-in (wamdiff2_ros/nodes/allocator.py)
 ]
 TOPIC = "/probe/image"
 

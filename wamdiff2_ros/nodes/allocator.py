@@ -8,8 +8,9 @@ device waits ran 32 % slower while 1080p frames came at 20 Hz. With the threshol
 heap's top kept (trim threshold) the take costs ~3 ms and the worker slows by 1 %
 (``tools/probes/frame_take.py``, docs/BENCHMARKS.md "The planner node on the H200"). Both settings are
 needed: with the threshold alone the freed heap top is trimmed back to the kernel after every frame.
-The planner node with a CPU model planned slower with it (eight alternating runs, docs/DECISIONS.md; not
-explained), so by default (``input.frame_buffers_in_heap: auto``) only a CUDA model's node sets it.
+It is an opt-in (``input.frame_buffers_in_heap``): the CUDA planner node planned no faster with it at 20 Hz
+on the H200 (one machine, 135.7 against 136.0 ms p50) and a CPU one slower (eight alternating runs;
+docs/DECISIONS.md), so the component's saving does not reach the plan.
 """
 
 from __future__ import annotations
@@ -40,10 +41,3 @@ def keep_frame_buffers_in_heap() -> bool:
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )
 
-
-def frame_buffers_in_heap(setting: str, model_device: str) -> bool:
-    """Whether the planner sets ``keep_frame_buffers_in_heap``: ``always``, ``never``, or ``auto`` (a CUDA
-    model device such as ``cuda`` or ``cuda:1``)."""
-    if setting == "auto":
-        return model_device == "cuda" or model_device.startswith("cuda:")
-    return setting == "always"

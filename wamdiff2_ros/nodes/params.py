@@ -216,12 +216,11 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     Param(
         "input.frame_buffers_in_heap",
-        "auto",
+        False,
         "Keep frame-sized buffers in the C heap (glibc mallopt, nodes/allocator.py): the executor's take of "
-        "a 1080p frame then costs ~3 ms under the GIL instead of ~15; auto: always for a CUDA "
-        "model.device (where the plan's host work waits on that GIL), never on the CPU (the CPU node "
-        "planned slower with it, docs/DECISIONS.md).",
-        choices=("auto", "always", "never"),  # not on/off: YAML 1.1 reads those as booleans
+        "a 1080p frame then costs ~3 ms under the GIL instead of ~15. Off by default: the CUDA node planned "
+        "no faster with it at 20 Hz (135.7 against 136.0 ms p50) and the CPU node slower "
+        "(docs/DECISIONS.md).",
     ),
     Param(
         "input.min_image_side_px",

@@ -48,7 +48,7 @@ from wamdiff2_ros.errors import InputError, Wamdiff2Error
 from wamdiff2_ros.model.prompt import detection_user_text
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
-from wamdiff2_ros.nodes.allocator import frame_buffers_in_heap, keep_frame_buffers_in_heap
+from wamdiff2_ros.nodes.allocator import keep_frame_buffers_in_heap
 from wamdiff2_ros.nodes.convert.detections import detections_2d
 from wamdiff2_ros.nodes.convert.images import (
     camera_layout,
@@ -119,7 +119,7 @@ class PlannerNode(Node):
         super().__init__("wamdiff2_planner", **kwargs)
         self.params = declare(self, PLANNER_PARAMS)
         p = self.params
-        if frame_buffers_in_heap(p["input.frame_buffers_in_heap"], p["model.device"]):
+        if p["input.frame_buffers_in_heap"]:
             keep_frame_buffers_in_heap()  # before the first frame: each would be page-faulted in anew
         self.health = NodeHealth(self.get_fully_qualified_name())
         self.sync: ApproximateSync[Frame, EgoMotion] = ApproximateSync(slop_s=p["input.sync_slop_s"])
