@@ -47,4 +47,3 @@ def test_a_1080p_frame_buffer_is_mapped_afresh_by_default_and_comes_from_the_hea
     default, applied, first, second = (int(value) for value in out.split())
     assert (default, applied) == (1, 1)
     assert (first, second) == (0, 0)
-

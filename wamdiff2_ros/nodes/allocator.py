@@ -40,4 +40,3 @@ def keep_frame_buffers_in_heap() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )
-
