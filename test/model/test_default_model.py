@@ -21,7 +21,7 @@ def test_default_model_is_the_repository_folder_and_fits_the_budget() -> None:
     assert folder.parts[-2:] == ("models", "default")
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert 0 < weights <= MAX_WEIGHT_BYTES
-    assert read_pixel_budget(folder) == (3136, 12544)
+    assert read_pixel_budget(folder) == (3136, 36864)
     for name in ("MODEL_CARD.md", "tokenizer.json", "tokenizer_config.json", "config.json"):
         assert (folder / name).is_file(), name
 
@@ -34,7 +34,7 @@ def default_planner() -> Planner:
 def test_no_checkpoint_and_no_preset_loads_the_default_model(default_planner: Planner) -> None:
     assert Path(default_planner.loaded.source) == default_model_dir()
     assert Path(default_planner.loaded.tokenizer.name_or_path) == default_model_dir()  # its own tokenizer
-    assert default_planner.max_pixels == 12544  # its own budget, not the reference's 1920x1080
+    assert default_planner.max_pixels == 36864  # its own budget, not the reference's 1920x1080
 
 
 def test_default_model_plans_a_rendered_frame_in_blocks(default_planner: Planner) -> None:

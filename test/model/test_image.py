@@ -22,7 +22,7 @@ from wamdiff2_ros.model.image import (
 )
 from wamdiff2_ros.model.prompt import build_planning_prompt
 
-BUNDLED_MAX_PIXELS = 12_544  # the bundled model's image budget
+SMALL_MAX_PIXELS = 12_544  # 128x64, the bundled model's until 2026-12-04: 16:9 frames shrink 5x and more
 # The tensor path against the PIL path, in uint8 levels, measured over the resize cases below (seeds 0-3 for
 # the noise): max 2 (noise, 128x96 upscaled), else 1; mean up to 0.0084 on noise and 0.042 on the gradient
 # (1280x720 at 12,544). The tolerances sit a little above.
@@ -106,13 +106,13 @@ def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
 @pytest.mark.parametrize(
     ("source_hw", "max_pixels"),
     [
-        pytest.param((1080, 1920), BUNDLED_MAX_PIXELS, id="1920x1080-bundled-budget"),
+        pytest.param((1080, 1920), SMALL_MAX_PIXELS, id="1920x1080-bundled-budget"),
         pytest.param((1080, 1920), 200_704, id="1920x1080-mid-budget"),
         pytest.param((1080, 1920), MAX_PIXELS, id="1920x1080-full-budget"),
-        pytest.param((720, 1280), BUNDLED_MAX_PIXELS, id="1280x720-bundled-budget"),
+        pytest.param((720, 1280), SMALL_MAX_PIXELS, id="1280x720-bundled-budget"),
         pytest.param((720, 1280), 200_704, id="1280x720-mid-budget"),
         pytest.param((480, 640), MAX_PIXELS, id="640x480-kept"),
-        pytest.param((480, 640), BUNDLED_MAX_PIXELS, id="640x480-bundled-budget"),
+        pytest.param((480, 640), SMALL_MAX_PIXELS, id="640x480-bundled-budget"),
         # Pillow 13 resizes the height first here (it shrinks by more than twice the width), the width first
         # below; Pillow 12 the width first in both.
         pytest.param((333, 517), MAX_PIXELS, id="517x333-odd"),
@@ -152,8 +152,8 @@ REDUCED_MEAN_LEVELS_APART = 1.0
 @pytest.mark.parametrize("source_hw", [(1080, 1920), (720, 1280)], ids=["1920x1080", "1280x720"])
 def test_reduce_first_resize_stays_within_a_few_levels_of_the_one_step_resize(make_image, source_hw):
     image = _rendered(source_hw[1]) if make_image == "rendered" else make_image(*source_hw)
-    exact = prepare_image(image, max_pixels=BUNDLED_MAX_PIXELS, exact=True)
-    fast = prepare_image(image, max_pixels=BUNDLED_MAX_PIXELS)
+    exact = prepare_image(image, max_pixels=SMALL_MAX_PIXELS, exact=True)
+    fast = prepare_image(image, max_pixels=SMALL_MAX_PIXELS)
     assert torch.equal(fast.image_grid_thw, exact.image_grid_thw)
     assert fast.resized_hw_px == exact.resized_hw_px == (64, 128)
     apart = (_levels(fast) - _levels(exact)).abs().float()
@@ -164,7 +164,7 @@ def test_reduce_first_resize_stays_within_a_few_levels_of_the_one_step_resize(ma
 @pytest.mark.parametrize(
     ("source_hw", "max_pixels"),
     [
-        pytest.param((360, 640), BUNDLED_MAX_PIXELS, id="simulator-frame-5x"),
+        pytest.param((360, 640), SMALL_MAX_PIXELS, id="simulator-frame-5x"),
         pytest.param((1080, 1920), MAX_PIXELS, id="1920x1080-full-budget"),
         pytest.param((720, 1280), 200_704, id="1280x720-mid-budget"),
     ],

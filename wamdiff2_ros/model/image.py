@@ -3,10 +3,11 @@
 Resizing follows qwen-vl-utils' ``smart_resize`` as the reference's inference calls it (min 12,544 and max
 2,073,600 pixels, sides multiples of 32 px = patch 16 x merge 2); patchify and normalisation are transformers'
 PIL image processor with Qwen3-VL's mean/std, with its own resize turned off so the image is resized once.
-A frame shrunk by 6x or more (a camera frame to the bundled model's 12,544-pixel budget) is first box-reduced
-by an integer factor in PIL's own two-step resize (``reducing_gap``), 5x faster there (1920x1080 to 128x64:
-2.2 vs 9.9 ms on the 2-core machine) and at most a few levels off the one-step resize; ``exact=True`` keeps
-the one-step resize, the twin. The simulator's 640x360 renders shrink by 5x, so they never take the reduce.
+A frame shrunk by 6x or more (a camera frame to a small model's budget, 12,544 or 36,864 pixels) is first
+box-reduced by an integer factor in PIL's own two-step resize (``reducing_gap``), 5x faster there
+(1920x1080 to 128x64: 2.2 vs 9.9 ms on the 2-core machine) and at most a few levels off the one-step
+resize; ``exact=True`` keeps the one-step resize, the twin. The simulator's 640x360 renders shrink by 5x
+or less, so they never take the reduce.
 
 ``prepare_image_tensor`` does the same in torch ops on the frame's device, so a camera frame uploaded once is
 resized, normalised and patchified there: PIL's two-pass resize is torch's antialiased bicubic one axis at a
