@@ -106,13 +106,13 @@ def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
 @pytest.mark.parametrize(
     ("source_hw", "max_pixels"),
     [
-        pytest.param((1080, 1920), SMALL_MAX_PIXELS, id="1920x1080-bundled-budget"),
+        pytest.param((1080, 1920), SMALL_MAX_PIXELS, id="1920x1080-small-budget"),
         pytest.param((1080, 1920), 200_704, id="1920x1080-mid-budget"),
         pytest.param((1080, 1920), MAX_PIXELS, id="1920x1080-full-budget"),
-        pytest.param((720, 1280), SMALL_MAX_PIXELS, id="1280x720-bundled-budget"),
+        pytest.param((720, 1280), SMALL_MAX_PIXELS, id="1280x720-small-budget"),
         pytest.param((720, 1280), 200_704, id="1280x720-mid-budget"),
         pytest.param((480, 640), MAX_PIXELS, id="640x480-kept"),
-        pytest.param((480, 640), SMALL_MAX_PIXELS, id="640x480-bundled-budget"),
+        pytest.param((480, 640), SMALL_MAX_PIXELS, id="640x480-small-budget"),
         # Pillow 13 resizes the height first here (it shrinks by more than twice the width), the width first
         # below; Pillow 12 the width first in both.
         pytest.param((333, 517), MAX_PIXELS, id="517x333-odd"),
