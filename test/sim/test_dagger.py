@@ -48,3 +48,23 @@ def test_workers_write_the_samples_one_process_writes(tmp_path) -> None:
         generate_dagger(config, constant_velocity_factory, LOOP, progress=False, workers=workers)
     assert (one / "planning.json").read_text() == (two / "planning.json").read_text()
     assert (one / "ground_truth.jsonl").read_text() == (two / "ground_truth.jsonl").read_text()
+
+
+def test_last_states_are_labelled_when_asked_so_a_rollout_that_crashes_gives_samples(tmp_path) -> None:
+    # Episode 1 of base seed 0 with highway events: constant velocity runs into the braking car ahead
+    # within 4 s, so without the option no state of it has a horizon and the rollout gives nothing.
+    def samples(**options) -> list[dict]:
+        config = GenerateConfig(
+            out_dir=tmp_path, samples=4, seed=0, camera=CAMERA, highway_events_only=True, **options
+        )
+        return episode_samples(1, config, constant_velocity, LOOP)
+
+    assert samples(first_sample_s=0.0, stride_s=0.5) == []
+    labelled = samples(first_sample_s=0.0, stride_s=0.5, label_last_states=True)
+    ids = [s["planning"]["id"] for s in labelled]
+    assert ids[0] == "d000001_t0000" and ids[1] == "d000001_t0005" and len(ids) >= 6
+    assert {s["truth"]["kind"] for s in labelled} == {"highway"}
+    reach = [float(np.array(s["truth"]["waypoints_ego"])[-1, 0]) for s in labelled]
+    speed = float(np.hypot(*labelled[0]["truth"]["velocity_ego_mps"]))
+    # Constant velocity keeps its speed; the expert's plans from those states brake, harder near the car.
+    assert all(r < 4.0 * speed for r in reach) and reach[-1] < 0.5 * reach[0]

@@ -108,6 +108,17 @@ def test_standing_starts_sample_the_expert_moving_off_from_rest(tmp_path):
     assert any(np.hypot(*t["waypoints_ego"][-1]) > 1.0 for t in firsts)  # the expert moves off
 
 
+def test_first_sample_s_samples_moving_starts_from_then(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=4, seed=5, camera=Camera().scaled_to_width(128), workers=1, stride_s=0.5,
+        first_sample_s=0.0,
+    )  # fmt: skip
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    assert [t["id"] for t in truths] == [f"e000000_t{tick:04d}" for tick in (0, 5, 10, 15)]
+    assert np.hypot(*truths[0]["velocity_ego_mps"]) > 1.0  # a moving start, not a standing one
+
+
 def test_standing_starts_are_a_deterministic_fraction_of_the_episodes(tmp_path):
     config = GenerateConfig(tmp_path, samples=1, seed=3, standing_starts=0.3)
     draws = [standing_start(config, episode) for episode in range(2000)]

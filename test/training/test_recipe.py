@@ -42,7 +42,7 @@ def _recipe(tmp_path: Path) -> Path:
             {"name": "small", "kind": "reduce_vocabulary", "model": "teacher", "vocab_from": ["scenes"]},
             {"name": "packed", "kind": "pack", "model": "small"},
             {"name": "rollouts", "kind": "dagger", "model": "packed", "samples": 2, "seed": 2, "width": 128,
-             "max_s": 9.0, "block_size": 8, "steps": 4},
+             "max_s": 9.0, "block_size": 8, "steps": 4, "first_sample_s": 0.0, "label_last_states": True},
             {"name": "both", "kind": "merge", "from": ["scenes", "rollouts"], "repeat": {"rollouts": 2}},
             {"name": "metrics", "kind": "evaluate", "model": "packed", "data": "scenes", "samples": 1,
              "block_size": 8, "steps": 4},
@@ -70,6 +70,7 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     merged = json.loads((Path(outputs["both"]) / "planning.json").read_text())
     assert len(merged) == 4 + 2 * 2 and all(Path(item["image"][0]).is_absolute() for item in merged)
     assert merged[4] == merged[5] and merged[6] == merged[7]  # each rollout record twice
+    assert merged[4]["id"].endswith("_t0000")  # labelled from the start (first_sample_s: 0)
     assert all(Path(item["image"][0]).exists() for item in merged)
     report = json.loads(Path(outputs["metrics"]).read_text())
     assert report["planners"]["model"]["samples"] == 1 and "detection" in report

@@ -43,6 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--episode-s", type=float, default=14.0, help="simulated seconds per drive (default 14)")
     gen.add_argument("--stride-s", type=float, default=1.0, help="seconds between samples (default 1)")
     gen.add_argument(
+        "--first-sample-s",
+        type=float,
+        default=1.0,
+        help="time of a drive's first sample (default 1; a standing start's is 0)",
+    )
+    gen.add_argument(
         "--min-int-digits",
         type=int,
         choices=(1, 2),
@@ -84,6 +90,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     dagger.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     dagger.add_argument("--width", type=int, default=640, help="image width in pixels (default 640)")
     dagger.add_argument("--stride-s", type=float, default=1.0, help="seconds between samples (default 1)")
+    dagger.add_argument(
+        "--first-sample-s", type=float, default=1.0, help="time of an episode's first sample (default 1)"
+    )
+    dagger.add_argument(
+        "--label-last-states",
+        action="store_true",
+        help="also label the states of an episode's last 4 s (the scene driven on past its end for the "
+        "other vehicles' futures): the states just before a collision or a departure",
+    )
+    dagger.add_argument(
+        "--highway-events-only",
+        action="store_true",
+        help="every episode on a highway with a braking lead car or a stopped car ahead",
+    )
     dagger.add_argument("--route-m", type=float, default=400.0, help="route length (default 400 m)")
     dagger.add_argument("--max-s", type=float, default=20.0, help="time limit per episode (default 20 s)")
     dagger.add_argument("--plan-hz", type=float, default=2.0, help="the model's planning rate (default 2)")
@@ -112,6 +132,7 @@ def run_generate(args: argparse.Namespace) -> int:
         standing_starts=args.standing_starts,
         highway_events_only=args.highway_events_only,
         command_rule=args.command_rule,
+        first_sample_s=args.first_sample_s,
     )
     start_s = time.perf_counter()
     summary = generate(config)
@@ -142,6 +163,9 @@ def run_dagger(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         steps=args.steps,
         workers=args.workers,
+        first_sample_s=args.first_sample_s,
+        label_last_states=args.label_last_states,
+        highway_events_only=args.highway_events_only,
     )
     summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2)}
     print(json.dumps(summary, indent=2))

@@ -286,11 +286,15 @@ def model_dagger_data(
     device: str = "cpu",
     workers: int = 1,
     progress: bool = True,
+    first_sample_s: float = 1.0,
+    label_last_states: bool = False,
+    highway_events_only: bool = False,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
     the model's own number style and navigation command rule; ``generate``'s summary. ``workers`` > 1: that
     many CPU processes of one thread each drive episodes side by side (``device`` is then ignored: a tiny
-    model's plan is bound by the host, and 16 cores plan faster than one GPU stream)."""
+    model's plan is bound by the host, and 16 cores plan faster than one GPU stream). ``first_sample_s``,
+    ``label_last_states`` and ``highway_events_only`` as ``GenerateConfig`` says."""
     from wamdiff2_ros.model.checkpoint import read_command_rule
     from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
@@ -309,6 +313,9 @@ def model_dagger_data(
         stride_s=stride_s,
         min_int_digits=json.loads((folder / "config.json").read_text()).get(MIN_INT_DIGITS_KEY, 1),
         command_rule=read_command_rule(folder),  # the commands it drove on
+        first_sample_s=first_sample_s,
+        label_last_states=label_last_states,
+        highway_events_only=highway_events_only,
     )
     loop = ClosedLoopConfig(route_length_m=route_m, max_duration_s=max_s, plan_hz=plan_hz, camera=camera)
     return generate_dagger(config, source, loop, progress, workers)

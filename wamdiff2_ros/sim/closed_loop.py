@@ -148,6 +148,7 @@ def run_episode(
     config: ClosedLoopConfig,
     kind: str | None = None,
     observer: Callable[[Scene, Snapshot, int], None] | None = None,
+    highway_events_only: bool = False,
 ) -> EpisodeResult:
     """Drive one seeded scene with the policy in the loop.
 
@@ -158,11 +159,13 @@ def run_episode(
         kind: scene kind, or None to draw it from the seed.
         observer: called at every tick with the live scene, its snapshot and the tick, before the policy
             plans and the scene steps (``sim.dagger`` records the expert's labels of the states reached).
+        highway_events_only: a highway scene has a braking or stopped car ahead (``make_scene``; DAgger
+            data, not an evaluation's scene distribution).
 
     Raises:
         InputError: the policy returns something other than a finite (8, 2) array.
     """
-    scene = make_scene(seed, kind)
+    scene = make_scene(seed, kind, highway_events_only)
     policy = policy_factory(scene)  # before the seat changes hands: the expert reads the IDM driver's route
     ego = _kinematic_ego(scene)
     controller = TrajectoryController()

@@ -29,10 +29,12 @@ MAX_EPISODES_PER_SAMPLE = 4
 
 
 class _Labeller:
-    """Observer of one episode: keeps every snapshot, and the expert's plan every ``stride_ticks``."""
+    """Observer of one episode: keeps every snapshot, and the expert's plan every ``stride_ticks`` from
+    ``first_tick`` (as ``generate`` samples)."""
 
-    def __init__(self, stride_ticks: int) -> None:
+    def __init__(self, stride_ticks: int, first_tick: int) -> None:
         self.stride_ticks = stride_ticks
+        self.first_tick = first_tick
         self.scene: Scene | None = None
         self.log: list[Snapshot] = []
         self.plans: dict[int, np.ndarray] = {}
@@ -40,17 +42,36 @@ class _Labeller:
     def __call__(self, scene: Scene, snapshot: Snapshot, tick: int) -> None:
         self.scene = scene
         self.log.append(snapshot)
-        if tick >= SIM_HZ and tick % self.stride_ticks == 0:  # from 1 s in, as generate samples
+        if tick >= self.first_tick and (tick - self.first_tick) % self.stride_ticks == 0:
             self.plans[tick] = expert_plan(scene)
+
+    def drive_on(self) -> None:
+        """Step the scene past the episode's end for a horizon, the ego holding its wheel and speed, so
+        that every labelled state has the other vehicles' futures (a crashed ego stays where it hit)."""
+        ego = self.scene.ego
+        ego.action = {"steering": 0.0, "acceleration": 0.0}
+        for _ in range(HORIZON_TICKS):
+            self.scene.step()
+            self.log.append(self.scene.snapshot())
 
 
 def episode_samples(
     episode: int, config: GenerateConfig, policy_factory: PolicyFactory, loop: ClosedLoopConfig
 ) -> list[dict]:
     """The labelled samples of one closed-loop episode (those with a full horizon of snapshots after them,
-    so that the other vehicles' futures are known)."""
-    labeller = _Labeller(round(config.stride_s * SIM_HZ))
-    result = run_episode(episode_seed(config.seed, episode), policy_factory, loop, observer=labeller)
+    so that the other vehicles' futures are known: all of them with ``config.label_last_states``)."""
+    labeller = _Labeller(round(config.stride_s * SIM_HZ), config.first_sample_tick)
+    events = config.highway_events_only
+    result = run_episode(
+        episode_seed(config.seed, episode),
+        policy_factory,
+        loop,
+        kind="highway" if events else None,
+        observer=labeller,
+        highway_events_only=events,
+    )
+    if config.label_last_states:
+        labeller.drive_on()
     out = []
     for index, plan in labeller.plans.items():
         if index + HORIZON_TICKS >= len(labeller.log):

@@ -58,6 +58,13 @@ class GenerateConfig:
             0 leaves every episode as it was).
         highway_events_only: every drive is a highway scene with a braking lead car or a stopped car ahead
             (``make_scene``): the situations in which the ego must brake or change lanes, rare otherwise.
+        first_sample_s: time of a drive's first sample (a standing start's is 0 whatever this says). The
+            closed loop plans from t = 0, where a highway event can leave a second to brake: 0 labels those
+            states, the default 1 s leaves the drive's start out.
+        label_last_states: DAgger data only (``sim.dagger``): also label the states of an episode's last
+            4 s, driving the scene on past its end for the other vehicles' futures. Without it a rollout
+            that ends in a collision within 4 s of a state gives no sample of it, so the states that lead
+            to a collision are the ones never labelled.
         command_rule: how the route becomes the navigation command (``model.prompt.COMMAND_RULES``),
             recorded in the folder's ``navigation.json``.
     """
@@ -74,6 +81,12 @@ class GenerateConfig:
     standing_starts: float = 0.0
     highway_events_only: bool = False
     command_rule: str = DEFAULT_COMMAND_RULE
+    first_sample_s: float = 1.0
+    label_last_states: bool = False
+
+    @property
+    def first_sample_tick(self) -> int:
+        return round(self.first_sample_s * SIM_HZ)
 
 
 def standing_start(config: GenerateConfig, episode: int) -> bool:
@@ -99,7 +112,8 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
         scene.stand_still()
     log = record_drive(scene, config.episode_s)
     out = []
-    for index in sample_indices(log, round(config.stride_s * SIM_HZ), first_tick=0 if standing else SIM_HZ):
+    first_tick = 0 if standing else config.first_sample_tick
+    for index in sample_indices(log, round(config.stride_s * SIM_HZ), first_tick=first_tick):
         frame = render_front(config.camera, scene.lanes, log[index])
         truth = ground_truth(log, index, scene, frame, config.command_rule)
         out.append(sample(f"e{episode:06d}_t{index:04d}", frame.image_rgb, truth, scene.kind, config))
