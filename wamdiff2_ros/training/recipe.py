@@ -353,14 +353,8 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.eval.model_policy import model_dagger_data
 
     out = context.folder(step)
-    optional = {
-        key: step[key]
-        for key in (
-            "seed", "route_m", "max_s", "block_size", "steps", "workers", "stride_s", "first_sample_s",
-            "label_last_states", "highway_events_only",
-        )
-        if key in step
-    }
+    keys = "seed route_m max_s block_size steps workers stride_s first_sample_s label_last_states"
+    optional = {key: step[key] for key in (*keys.split(), "highway_events_only") if key in step}
     model_dagger_data(
         out,
         step["samples"],
