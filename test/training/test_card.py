@@ -144,3 +144,14 @@ def test_a_report_without_baselines_is_paired_with_those_of_another():
     assert table.count("| constant-velocity |") == 1
     assert "- closed_loop_stage2: model against constant velocity, paired over 4 episodes: +0.250" in table
     assert "- closed_loop: model against constant velocity" in table
+
+
+def test_a_scratch_copy_of_the_same_samples_pairs_with_the_reference(tmp_path) -> None:
+    from wamdiff2_ros.training.card import _same_samples
+
+    run, scratch, other = (tmp_path / name for name in ("run", "scratch", "other"))
+    for folder, truth in ((run, '{"id": "a"}\n'), (scratch, '{"id": "a"}\n'), (other, '{"id": "b"}\n')):
+        folder.mkdir()
+        (folder / "ground_truth.jsonl").write_text(truth)
+    assert _same_samples(run, run) and _same_samples(run, scratch)
+    assert not _same_samples(run, other) and not _same_samples(run, tmp_path / "gone")

@@ -67,7 +67,7 @@ def against_reference(evaluations: dict[str, Path], reference: tuple[str, Path])
     lines = []
     for other, other_path in evaluations.items():
         mine_metrics = json.loads(other_path.read_text())
-        if other == name or mine_metrics["data"] != metrics["data"]:
+        if other == name or not _same_samples(Path(mine_metrics["data"]), data):
             continue  # itself, or other samples: no pair
         mine = other_path.parent / "planning.json"
         ids = sorted(set(load_predictions(mine)) & set(load_predictions(theirs)))
@@ -85,6 +85,15 @@ def against_reference(evaluations: dict[str, Path], reference: tuple[str, Path])
             )
         lines.append(line)
     return lines
+
+
+def _same_samples(one: Path, other: Path) -> bool:
+    """Whether two data folders hold the same samples: the same folder, or a copy made from the same seed
+    elsewhere (an evaluation run in a scratch folder), whose ground truth is byte for byte the same."""
+    if one == other:
+        return True
+    truths = (one / "ground_truth.jsonl", other / "ground_truth.jsonl")
+    return all(t.exists() for t in truths) and truths[0].read_bytes() == truths[1].read_bytes()
 
 
 def open_loop_table(evaluations: dict[str, dict[str, Any]]) -> str:
