@@ -119,6 +119,17 @@ def test_first_sample_s_samples_moving_starts_from_then(tmp_path):
     assert np.hypot(*truths[0]["velocity_ego_mps"]) > 1.0  # a moving start, not a standing one
 
 
+def test_scene_kind_makes_every_drive_of_that_kind(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=6, seed=4, camera=Camera().scaled_to_width(64), workers=1, scene_kind="intersection"
+    )
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    assert len(truths) == 6 and {t["kind"] for t in truths} == {"intersection"}
+    with pytest.raises(InputError, match="scene kind"):
+        GenerateConfig(tmp_path, samples=1, scene_kind="parking")
+
+
 def test_standing_starts_are_a_deterministic_fraction_of_the_episodes(tmp_path):
     config = GenerateConfig(tmp_path, samples=1, seed=3, standing_starts=0.3)
     draws = [standing_start(config, episode) for episode in range(2000)]

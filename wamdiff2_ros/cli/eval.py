@@ -127,7 +127,8 @@ def _add_episode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--image-width", type=int, default=640, help="rendered camera width for the model (default 640)"
     )
-    parser.add_argument("--kind", choices=("highway", "intersection"), default=None, help="scene kind")
+    kinds = ("highway", "intersection", "roundabout")
+    parser.add_argument("--kind", choices=kinds, default=None, help="scene kind")
     parser.add_argument("--route-m", type=float, default=120.0, help="route length in metres (default 120)")
     parser.add_argument("--max-s", type=float, default=40.0, help="time limit per episode (default 40 s)")
     parser.add_argument("--plan-hz", type=float, default=2.0, help="planning rate (default 2 Hz)")

@@ -43,6 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--episode-s", type=float, default=14.0, help="simulated seconds per drive (default 14)")
     gen.add_argument("--stride-s", type=float, default=1.0, help="seconds between samples (default 1)")
     gen.add_argument(
+        "--kind",
+        help="every drive of this scene kind: highway, intersection or roundabout (default: drawn "
+        "from each seed)",
+    )
+    gen.add_argument(
         "--first-sample-s",
         type=float,
         default=1.0,
@@ -100,6 +105,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "other vehicles' futures): the states just before a collision or a departure",
     )
     dagger.add_argument(
+        "--kind",
+        help="every episode of this scene kind: highway, intersection or roundabout (default: "
+        "drawn from each seed)",
+    )
+    dagger.add_argument(
         "--highway-events-only",
         action="store_true",
         help="every episode on a highway with a braking lead car or a stopped car ahead",
@@ -133,6 +143,7 @@ def run_generate(args: argparse.Namespace) -> int:
         highway_events_only=args.highway_events_only,
         command_rule=args.command_rule,
         first_sample_s=args.first_sample_s,
+        scene_kind=args.kind,
     )
     start_s = time.perf_counter()
     summary = generate(config)
@@ -166,6 +177,7 @@ def run_dagger(args: argparse.Namespace) -> int:
         first_sample_s=args.first_sample_s,
         label_last_states=args.label_last_states,
         highway_events_only=args.highway_events_only,
+        scene_kind=args.kind,
     )
     summary |= {"out": str(args.out), "seconds": round(time.perf_counter() - start_s, 2)}
     print(json.dumps(summary, indent=2))

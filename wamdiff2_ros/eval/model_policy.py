@@ -289,12 +289,13 @@ def model_dagger_data(
     first_sample_s: float = 1.0,
     label_last_states: bool = False,
     highway_events_only: bool = False,
+    scene_kind: str | None = None,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
     the model's own number style and navigation command rule; ``generate``'s summary. ``workers`` > 1: that
     many CPU processes of one thread each drive episodes side by side (``device`` is then ignored: a tiny
     model's plan is bound by the host, and 16 cores plan faster than one GPU stream). ``first_sample_s``,
-    ``label_last_states`` and ``highway_events_only`` as ``GenerateConfig`` says."""
+    ``label_last_states``, ``highway_events_only`` and ``scene_kind`` as ``GenerateConfig`` says."""
     from wamdiff2_ros.model.checkpoint import read_command_rule
     from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
@@ -316,6 +317,7 @@ def model_dagger_data(
         first_sample_s=first_sample_s,
         label_last_states=label_last_states,
         highway_events_only=highway_events_only,
+        scene_kind=scene_kind,
     )
     loop = ClosedLoopConfig(route_length_m=route_m, max_duration_s=max_s, plan_hz=plan_hz, camera=camera)
     return generate_dagger(config, source, loop, progress, workers)

@@ -66,7 +66,7 @@ def episode_samples(
         episode_seed(config.seed, episode),
         policy_factory,
         loop,
-        kind="highway" if events else None,
+        kind="highway" if events else config.scene_kind,
         observer=labeller,
         highway_events_only=events,
     )

@@ -33,7 +33,7 @@ from wamdiff2_ros.sim.expert import (
     sample_indices,
 )
 from wamdiff2_ros.sim.render import encode_png, render_front
-from wamdiff2_ros.sim.scenes import make_scene
+from wamdiff2_ros.sim.scenes import SCENE_KINDS, make_scene
 
 NAVIGATION_FILE = "navigation.json"  # the command rule of the folder's prompts
 TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
@@ -58,6 +58,8 @@ class GenerateConfig:
             0 leaves every episode as it was).
         highway_events_only: every drive is a highway scene with a braking lead car or a stopped car ahead
             (``make_scene``): the situations in which the ego must brake or change lanes, rare otherwise.
+        scene_kind: every drive of this kind (``scenes.SCENE_KINDS``; None: drawn from each seed, mostly
+            highways): more of the junctions, where turns are a few per cent of a mixed set's samples.
         first_sample_s: time of a drive's first sample (a standing start's is 0 whatever this says). The
             closed loop plans from t = 0, where a highway event can leave a second to brake: 0 labels those
             states, the default 1 s leaves the drive's start out.
@@ -81,8 +83,13 @@ class GenerateConfig:
     standing_starts: float = 0.0
     highway_events_only: bool = False
     command_rule: str = DEFAULT_COMMAND_RULE
+    scene_kind: str | None = None
     first_sample_s: float = 1.0
     label_last_states: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scene_kind not in (None, *SCENE_KINDS):
+            raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {self.scene_kind!r}")
 
     @property
     def first_sample_tick(self) -> int:
@@ -106,7 +113,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     """Simulate one episode (writing its bag when asked); return its samples: PNG bytes, records, truth."""
     config, episode = job
     events = config.highway_events_only
-    scene = make_scene(episode_seed(config.seed, episode), "highway" if events else None, events)
+    scene = make_scene(episode_seed(config.seed, episode), "highway" if events else config.scene_kind, events)
     standing = standing_start(config, episode)
     if standing:
         scene.stand_still()

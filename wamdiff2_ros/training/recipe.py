@@ -7,12 +7,12 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   ``standing_starts``: the fraction of drives that start at rest; ``highway_events_only``: every drive a
   highway with a braking or stopped car ahead; ``command_rule``: how the route becomes the navigation
   command, ``model.prompt.COMMAND_RULES``, the legacy ``heading`` when absent; ``stride_s`` between samples,
-  default 1; ``first_sample_s``, default 1) -> a data folder.
+  default 1; ``first_sample_s``, default 1; ``scene_kind``: every drive of that kind) -> a data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
-  driving episodes side by side on the CPU; ``stride_s``, ``first_sample_s``, ``highway_events_only`` as
-  for ``generate``; ``label_last_states``: the states of an episode's last 4 s too; the model's command
-  rule) -> a data folder.
+  driving episodes side by side on the CPU; ``stride_s``, ``first_sample_s``, ``highway_events_only``,
+  ``scene_kind`` as for ``generate``; ``label_last_states``: the states of an episode's last 4 s too; the
+  model's command rule) -> a data folder.
 - ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute; their
   command rules must agree);
   ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
@@ -342,6 +342,7 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         highway_events_only=step.get("highway_events_only", False),
         stride_s=step.get("stride_s", 1.0),
         first_sample_s=step.get("first_sample_s", 1.0),
+        scene_kind=step.get("scene_kind"),
         # a step without one keeps the rule it was written for: recipes from before the key, the legacy
         command_rule=step.get("command_rule", LEGACY_COMMAND_RULE),
     )
@@ -354,7 +355,7 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 
     out = context.folder(step)
     keys = "seed route_m max_s block_size steps workers stride_s first_sample_s label_last_states"
-    optional = {key: step[key] for key in (*keys.split(), "highway_events_only") if key in step}
+    optional = {key: step[key] for key in (*keys.split(), "highway_events_only", "scene_kind") if key in step}
     model_dagger_data(
         out,
         step["samples"],
