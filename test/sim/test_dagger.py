@@ -68,3 +68,20 @@ def test_last_states_are_labelled_when_asked_so_a_rollout_that_crashes_gives_sam
     speed = float(np.hypot(*labelled[0]["truth"]["velocity_ego_mps"]))
     # Constant velocity keeps its speed; the expert's plans from those states brake, harder near the car.
     assert all(r < 4.0 * speed for r in reach) and reach[-1] < 0.5 * reach[0]
+
+
+def test_driving_on_keeps_the_log_one_snapshot_a_tick() -> None:
+    from wamdiff2_ros.sim.closed_loop import run_episode
+    from wamdiff2_ros.sim.dagger import _Labeller
+    from wamdiff2_ros.sim.engine import SIM_HZ
+    from wamdiff2_ros.sim.expert import HORIZON_TICKS
+
+    labeller = _Labeller(stride_ticks=5, first_tick=0)
+    result = run_episode(
+        1, constant_velocity, LOOP, kind="highway", observer=labeller, highway_events_only=True
+    )
+    ended = len(labeller.log)
+    labeller.drive_on()
+    assert result.end_reason == "collision" and len(labeller.log) == ended + HORIZON_TICKS
+    times = [snapshot.time_s for snapshot in labeller.log]
+    assert np.allclose(np.diff(times), 1.0 / SIM_HZ)

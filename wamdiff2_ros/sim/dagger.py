@@ -46,11 +46,12 @@ class _Labeller:
             self.plans[tick] = expert_plan(scene)
 
     def drive_on(self) -> None:
-        """Step the scene past the episode's end for a horizon, the ego holding its wheel and speed, so
-        that every labelled state has the other vehicles' futures (a crashed ego stays where it hit)."""
-        ego = self.scene.ego
-        ego.action = {"steering": 0.0, "acceleration": 0.0}
-        for _ in range(HORIZON_TICKS):
+        """Extend the log past the episode's end by a horizon, the ego holding its wheel and speed, so that
+        every labelled state has the other vehicles' futures (a crashed ego stays where it hit). The
+        episode stepped the scene once after the last snapshot it showed the observer: that state first."""
+        self.scene.ego.action = {"steering": 0.0, "acceleration": 0.0}
+        self.log.append(self.scene.snapshot())
+        for _ in range(HORIZON_TICKS - 1):
             self.scene.step()
             self.log.append(self.scene.snapshot())
 
