@@ -62,14 +62,13 @@ def episode_samples(
     """The labelled samples of one closed-loop episode (those with a full horizon of snapshots after them,
     so that the other vehicles' futures are known: all of them with ``config.label_last_states``)."""
     labeller = _Labeller(round(config.stride_s * SIM_HZ), config.first_sample_tick)
-    events = config.highway_events_only
     result = run_episode(
         episode_seed(config.seed, episode),
         policy_factory,
         loop,
-        kind="highway" if events else config.scene_kind,
+        kind=config.drive_kind,
         observer=labeller,
-        highway_events_only=events,
+        highway_events_only=config.highway_events_only,
     )
     if config.label_last_states:
         labeller.drive_on()

@@ -92,6 +92,11 @@ class GenerateConfig:
             raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {self.scene_kind!r}")
 
     @property
+    def drive_kind(self) -> str | None:
+        """The scene kind every drive has (None: drawn from each seed)."""
+        return "highway" if self.highway_events_only else self.scene_kind
+
+    @property
     def first_sample_tick(self) -> int:
         return round(self.first_sample_s * SIM_HZ)
 
@@ -112,8 +117,7 @@ def episode_seed(seed: int, episode: int) -> int:
 def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     """Simulate one episode (writing its bag when asked); return its samples: PNG bytes, records, truth."""
     config, episode = job
-    events = config.highway_events_only
-    scene = make_scene(episode_seed(config.seed, episode), "highway" if events else config.scene_kind, events)
+    scene = make_scene(episode_seed(config.seed, episode), config.drive_kind, config.highway_events_only)
     standing = standing_start(config, episode)
     if standing:
         scene.stand_still()
