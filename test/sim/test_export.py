@@ -128,6 +128,8 @@ def test_scene_kind_makes_every_drive_of_that_kind(tmp_path):
     assert len(truths) == 6 and {t["kind"] for t in truths} == {"intersection"}
     with pytest.raises(InputError, match="scene kind"):
         GenerateConfig(tmp_path, samples=1, scene_kind="parking")
+    with pytest.raises(InputError, match="highway events"):
+        GenerateConfig(tmp_path, samples=1, scene_kind="roundabout", highway_events_only=True)
 
 
 def test_standing_starts_are_a_deterministic_fraction_of_the_episodes(tmp_path):

@@ -90,6 +90,8 @@ class GenerateConfig:
     def __post_init__(self) -> None:
         if self.scene_kind not in (None, *SCENE_KINDS):
             raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {self.scene_kind!r}")
+        if self.highway_events_only and self.scene_kind not in (None, "highway"):
+            raise InputError(f"highway events need highway drives, not {self.scene_kind!r} ones")
 
     @property
     def drive_kind(self) -> str | None:
