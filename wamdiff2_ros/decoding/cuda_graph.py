@@ -7,6 +7,7 @@ host loop, the prompt prefill's ``ShapeGraphs``). Nothing here knows about decod
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import torch
@@ -14,6 +15,12 @@ import torch
 
 def capture(body: Callable[[], object], pool: tuple[int, int]) -> torch.cuda.CUDAGraph:
     """Run ``body`` once eagerly on a side stream (lazy inits, autotuning), then capture it into a graph.
+
+    Python's collector is run before the capture and held off during it: torch no longer collects on
+    entering a capture, and a graph of an earlier engine kept alive only by a reference cycle, freed by an
+    automatic collection in the middle of the capture, resets itself there ("operation not permitted when
+    stream is capturing"), which invalidates the capture and leaves the CUDA generator in capture state
+    (the GPU tests' failure of 2026-12-04, docs/BENCHMARKS.md).
 
     Args:
         body: work on static buffers; running it twice must be harmless (the warm-up run is real work).
@@ -28,8 +35,15 @@ def capture(body: Callable[[], object], pool: tuple[int, int]) -> torch.cuda.CUD
         body()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        body()
+    gc.collect()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            body()
+    finally:
+        if collecting:
+            gc.enable()
     return graph
 
 
