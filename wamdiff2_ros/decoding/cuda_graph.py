@@ -16,11 +16,12 @@ import torch
 def capture(body: Callable[[], object], pool: tuple[int, int]) -> torch.cuda.CUDAGraph:
     """Run ``body`` once eagerly on a side stream (lazy inits, autotuning), then capture it into a graph.
 
-    Python's collector is run before the capture and held off during it: torch no longer collects on
-    entering a capture, and a graph of an earlier engine kept alive only by a reference cycle, freed by an
-    automatic collection in the middle of the capture, resets itself there ("operation not permitted when
-    stream is capturing"), which invalidates the capture and leaves the CUDA generator in capture state
-    (the GPU tests' failure of 2026-12-04, docs/BENCHMARKS.md).
+    Python's collector is held off during the capture: a graph of an earlier engine kept alive only by a
+    reference cycle, freed by an automatic collection in the middle of a capture, resets itself there
+    ("operation not permitted when stream is capturing"), which invalidates the capture and leaves the
+    CUDA generator in capture state (the GPU tests' failure of 2026-12-04, docs/BENCHMARKS.md). Such
+    garbage is freed by the next collection after the capture instead (a collection before each capture
+    would cost ~0.2 s of warm-up each on the 2-core CPU with a model loaded).
 
     Args:
         body: work on static buffers; running it twice must be harmless (the warm-up run is real work).
@@ -35,7 +36,6 @@ def capture(body: Callable[[], object], pool: tuple[int, int]) -> torch.cuda.CUD
         body()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    gc.collect()
     collecting = gc.isenabled()
     gc.disable()
     try:
