@@ -102,6 +102,32 @@ def test_a_recipe_runs_every_step_and_a_second_run_skips_them(tmp_path) -> None:
     assert remade == ["scenes", "metrics"] and not Path(outputs["rollouts"]).exists()  # driving reads none
 
 
+def test_a_step_killed_midway_is_made_again_not_read_as_done(tmp_path, monkeypatch) -> None:
+    from wamdiff2_ros.training import recipe as recipe_module
+
+    path = _recipe(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["steps"] = [raw["steps"][0], {"name": "copy", "kind": "merge", "from": ["scenes"]}]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    recipe = load_recipe(path)
+    scenes = Path(run_recipe(recipe, until="scenes", log=lambda line: None)["scenes"])
+    shutil.rmtree(scenes)  # a run folder carried to a fresh machine without its data
+
+    def killed(step, context):  # the job's time ran out while the data was being written
+        context.folder(step).mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(recipe_module.STEPS, "generate", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_recipe(recipe, log=lambda line: None)
+    monkeypatch.undo()
+    assert scenes.exists() and not (scenes / "planning.json").exists()
+    lines: list[str] = []
+    outputs = run_recipe(recipe, log=lines.append)
+    assert [line.split("]")[1].split()[0] for line in lines if "finished" in line] == ["scenes", "copy"]
+    assert len(json.loads((Path(outputs["copy"]) / "planning.json").read_text())) == 4
+
+
 def test_until_stops_after_the_named_step(tmp_path) -> None:
     recipe = load_recipe(_recipe(tmp_path))
     outputs = run_recipe(recipe, tmp_path / "other", until="init", log=lambda line: None)

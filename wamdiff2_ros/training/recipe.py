@@ -247,6 +247,10 @@ def run_recipe(
                 note(f"{prefix}: left for the next run ({left:.0f} s of the time limit left)")
                 break
             note(f"{prefix}: started")
+            # Not done until it finishes: a job killed mid-step leaves a partial output, which the next
+            # run must make again, not read as done (a step made again was recorded by an earlier run)
+            if outputs.pop(name, None) is not None:
+                state_path.write_text(json.dumps(outputs, indent=1) + "\n")
             started = time.monotonic()
             try:
                 outputs[name] = str(STEPS[step["kind"]](step, context))
