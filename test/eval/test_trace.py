@@ -6,7 +6,10 @@ import json
 
 import numpy as np
 
+import pytest
+
 from wamdiff2_ros.cli.main import main as cli_main
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.baselines import baseline_factory
 from wamdiff2_ros.eval.trace import trace_episode
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, run_episode
@@ -43,3 +46,31 @@ def test_eval_trace_prints_and_writes_every_plan(tmp_path, capsys):
     printed = capsys.readouterr().out
     lines = printed.splitlines()  # the episode, the header, rows at 0, 1 and 2 s of the 6, where it wrote
     assert lines[0].startswith("seed 3 (") and len(lines) == 2 + 3 + 1 and lines[-1] == f"wrote {out}"
+
+
+def test_sampled_plans_are_traced_beside_the_driven_one_and_change_nothing_it_drives():
+    factory = baseline_factory("constant-velocity")
+    plain, plain_points = trace_episode(5, factory, CONFIG)
+
+    def sampler(observation):  # two stand-ins: constant velocity's plan, and one standing still
+        return [factory(None)(observation), np.zeros((8, 2))]
+
+    traced, points = trace_episode(5, factory, CONFIG, sampler=sampler)
+    np.testing.assert_array_equal(traced.ego_path_map, plain.ego_path_map)
+    assert [p.samples.shape for p in points] == [(2, 8, 2)] * len(plain_points)
+    for point in points:
+        np.testing.assert_array_equal(point.samples[0], point.plan)
+        gaps = [np.linalg.norm(s[-1] - point.expert[-1]) for s in point.samples]
+        assert point.near_expert() == sum(gap <= 3.0 for gap in gaps)
+    assert "samples" in points[0].row() and "samples" not in plain_points[0].row()
+
+
+def test_eval_trace_samples_the_bundled_models_plans(tmp_path, capsys):
+    out = tmp_path / "trace.jsonl"
+    argv = ["eval", "trace", "--seed", "3", "--max-s", "1", "--image-width", "256", "--samples", "3"]
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(np.shape(row["samples"]) == (3, 8, 2) for row in rows)
+    assert capsys.readouterr().out.splitlines()[1].endswith("sampled near expert")
+    with pytest.raises(InputError, match="--policy model"):
+        cli_main(["eval", "trace", "--policy", "expert", "--samples", "2"])

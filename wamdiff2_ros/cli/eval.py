@@ -148,6 +148,16 @@ def _add_trace(verbs: argparse._SubParsersAction) -> None:
     )
     trace.add_argument("--seed", type=int, default=1000, help="scene seed (default 1000)")
     trace.add_argument("--every", type=float, default=1.0, help="seconds between printed lines (default 1)")
+    trace.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        help="model policy: also sample this many plans from each frame (not driven) and count those that "
+        "end within 3 m of the expert's 4 s point (default 0)",
+    )
+    trace.add_argument(
+        "--temperature", type=float, default=1.0, help="the sampled plans' temperature (default 1)"
+    )
     _add_episode_arguments(trace)
     trace.add_argument("--out", type=Path, default=None, help="write every plan here (JSON lines)")
     trace.set_defaults(func=run_trace)
@@ -443,24 +453,32 @@ def run_closed_loop(args: argparse.Namespace) -> int:
 def run_trace(args: argparse.Namespace) -> int:
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.model_policy import ModelPolicySource
+    from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.eval.trace import trace_episode
 
     config = _episode_config(args)
+    sampler = None
     if args.policy == "model":
-        factory = ModelPolicySource(
+        source = ModelPolicySource(
             args.model or None,
             False,
             config.camera,
             args.block_size,
             args.steps,
             commit_rule=args.commit_rule,
-        )()
+        )
+        factory = source()
+        if args.samples:
+            sampler = source.sampling(args.samples, args.temperature).candidates
+    elif args.samples:
+        raise InputError("--samples samples the model policy's plans: use it with --policy model")
     else:
         factory = baseline_factory(args.policy)
-    result, points = trace_episode(args.seed, factory, config, args.kind)
+    result, points = trace_episode(args.seed, factory, config, args.kind, sampler)
     ending = f"{result.end_reason}, route completion {result.route_completion:.2f}"
     print(f"seed {result.seed} ({result.kind}): {ending}")
-    print("    t s  speed  command   policy 4 s (x, y)  2 s x   expert 4 s (x, y)  2 s x")
+    header = "    t s  speed  command   policy 4 s (x, y)  2 s x   expert 4 s (x, y)  2 s x"
+    print(header + ("  sampled near expert" if sampler else ""))
     shown = -math.inf
     for point in points:
         if point.time_s + 1e-9 < shown + args.every:
@@ -471,6 +489,7 @@ def run_trace(args: argparse.Namespace) -> int:
             f"  {point.time_s:5.1f}  {point.speed_mps:5.1f}  {point.command:8s}  "
             f"{plan[-1, 0]:6.1f} {plan[-1, 1]:6.1f}  {plan[3, 0]:6.1f}   "
             f"{expert[-1, 0]:6.1f} {expert[-1, 1]:6.1f}  {expert[3, 0]:6.1f}"
+            + (f"  {point.near_expert():>8d} / {len(point.samples)}" if sampler else "")
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

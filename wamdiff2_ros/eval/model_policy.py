@@ -42,13 +42,13 @@ class ModelPolicy:
         self.forwards = 0
 
     def __call__(self, observation: Observation) -> np.ndarray:
-        parsed = self._candidates(observation)
+        parsed = self.candidates(observation)
         if not parsed:
             self.fallbacks += 1
             return constant_velocity_waypoints(observation.velocity_ego_mps)
         return parsed[0]
 
-    def _candidates(self, observation: Observation) -> list[np.ndarray]:
+    def candidates(self, observation: Observation) -> list[np.ndarray]:
         """The plan's candidates that parse, in order (counted as one plan)."""
         output = self.planner.plan(
             DrivingInputs(
@@ -111,7 +111,7 @@ class ScoredModelPolicy(ModelPolicy):
         self.boxes_px, self.episode_plans = np.zeros((0, 4)), 0
 
     def __call__(self, observation: Observation) -> np.ndarray:
-        parsed = self._candidates(observation)
+        parsed = self.candidates(observation)
         if not parsed:
             plan = constant_velocity_waypoints(observation.velocity_ego_mps)
             self.fallbacks += 1
@@ -158,15 +158,22 @@ class ModelPolicySource:
     def policy(self) -> ModelPolicy:
         if self.threads:
             torch.set_num_threads(self.threads)
+        if not self.scored:
+            return ModelPolicy(self._planner(self._decode_config()))
+        planner = self._planner(self._decode_config(candidates=4, temperature=0.7, greedy_first=True))
+        return ScoredModelPolicy(planner, self.camera, detect_every=self.detect_every)
+
+    def sampling(self, candidates: int, temperature: float) -> ModelPolicy:
+        """The same model sampling ``candidates`` plans at ``temperature`` (its ``candidates`` are what
+        ``eval trace --samples`` shows beside the driven plan)."""
+        return ModelPolicy(self._planner(self._decode_config(candidates=candidates, temperature=temperature)))
+
+    def _decode_config(self, **sampling) -> DecodeConfig:
         # The default budget (128 tokens): a padded plan that reaches 100 m needs more than 96.
         shape = {"block_size": self.block_size, "steps": self.steps, "grammar": True}
         if self.commit_rule:
             shape["commit_rule"] = self.commit_rule
-        if not self.scored:
-            return ModelPolicy(self._planner(DecodeConfig(**shape)))
-        candidates = {"candidates": 4, "temperature": 0.7, "greedy_first": True}
-        planner = self._planner(DecodeConfig(**shape, **candidates))
-        return ScoredModelPolicy(planner, self.camera, detect_every=self.detect_every)
+        return DecodeConfig(**shape, **sampling)
 
     def __call__(self) -> PolicyFactory:
         """The policy's factory (what ``generate_dagger`` builds in each process)."""
