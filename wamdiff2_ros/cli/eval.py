@@ -451,9 +451,9 @@ def run_closed_loop(args: argparse.Namespace) -> int:
 
 
 def run_trace(args: argparse.Namespace) -> int:
+    from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.model_policy import ModelPolicySource
-    from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.eval.trace import trace_episode
 
     config = _episode_config(args)
