@@ -82,9 +82,8 @@ class _Traced:
         plan = np.asarray(self.policy(observation), dtype=np.float64)
         speed = float(np.hypot(*observation.velocity_ego_mps))
         expert = expert_plan(self.scene)
-        samples = np.asarray(self.sampler(observation), dtype=np.float64) if self.sampler else None
-        if samples is None or samples.size == 0:
-            samples = np.zeros((0, *plan.shape))
+        sampled = self.sampler(observation) if self.sampler else []
+        samples = np.asarray(sampled, dtype=np.float64).reshape(-1, *plan.shape)  # (0, 8, 2) when none
         self.points.append(TracePoint(observation.time_s, speed, observation.command, plan, expert, samples))
         return plan
 
