@@ -109,11 +109,12 @@ def _sources(kind: str, pattern: str) -> list[str]:
 def compile_libraries(deps: list[str]) -> None:
     lib = BUILD / "lib"
     lib.mkdir(parents=True, exist_ok=True)
-    include = [
+    # This build's headers first: an earlier build's, installed under the prefix, must not shadow them.
+    include = [f"-I{BUILD / k}" for k in ("c", "ts_c", "ts_fastrtps_c", "ts_introspection_c", "py")]
+    include += [
         f"-I{PREFIX / 'include'}",
-        *(f"-I{d}" for d in sorted(glob.glob(str(PREFIX / "include" / "*")))),
+        *(f"-I{d}" for d in sorted(glob.glob(str(PREFIX / "include" / "*"))) if Path(d).name != PACKAGE),
     ]
-    include += [f"-I{BUILD / k}" for k in ("c", "ts_c", "ts_fastrtps_c", "ts_introspection_c", "py")]
     python_include = [f"-I{sysconfig.get_paths()['include']}", f"-I{_numpy_include()}"]
     link_dirs = [f"-L{lib}", f"-L{PREFIX / 'lib'}"]
 

@@ -20,6 +20,7 @@ from wamdiff2_ros.model.prompt import (
     ego_states_of_every_prompt_length,
     format_waypoints,
     min_int_digits_of,
+    navigation_text,
     planning_user_text,
 )
 
@@ -91,6 +92,34 @@ def test_bad_planning_inputs_are_input_errors(command, velocity, message):
         planning_user_text(command, velocity, (0.0, 0.0))
 
 
+@pytest.mark.parametrize(
+    ("distance_m", "text"),
+    [(None, "right"), (34.6, "right in 35m"), (0.0, "right in 0m"), (250.0, "right in 99m")],
+    ids=["none", "rounded", "through-the-turn", "capped"],
+)
+def test_a_branch_distance_is_written_as_route_guidance_says_it(distance_m, text):
+    assert navigation_text("right", distance_m) == text
+    user_text = planning_user_text("right", (1.0, 0.0), (0.0, 0.0), distance_m)
+    assert f"The navigation information is: {text}\n" in user_text
+
+
+@pytest.mark.parametrize("distance_m", [-1.0, float("nan"), float("inf")])
+def test_a_branch_distance_that_is_not_a_distance_is_an_input_error(distance_m):
+    with pytest.raises(InputError, match="branch distance"):
+        navigation_text("left", distance_m)
+
+
+def test_the_words_of_a_branch_distance_are_in_the_bundled_models_vocabulary(tokenizer):
+    # The bundled model (and every pack from it) keeps them, so a round with distances can start from it.
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.vocab import read_kept
+
+    kept = set(read_kept(default_model_dir()))
+    for command in COMMANDS:
+        text = chat_prompt_text(planning_user_text(command, (12.5, -0.3), (0.1, -1.2), 37.0), 1)
+        assert set(tokenizer(text, add_special_tokens=False)["input_ids"]) <= kept
+
+
 def test_formatted_waypoints_parse_back():
     waypoints = np.arange(16, dtype=np.float64).reshape(8, 2) * 1.25 - 3.0
     assert np.array_equal(parse_waypoints(format_waypoints(waypoints)), np.round(waypoints, 2))
@@ -126,9 +155,12 @@ def test_a_model_reads_the_command_rule_of_its_data_and_one_without_a_record_the
     assert read_command_rule(tmp_path) == "branch"
 
 
-def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tokenizer, front_image):
+@pytest.mark.parametrize("with_distance", [False, True], ids=["word", "word-and-distance"])
+def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(
+    tokenizer, front_image, with_distance
+):
     # The fast path captures its text-prefill graphs per prompt length at warm-up from this enumeration.
-    variants = ego_states_of_every_prompt_length(tokenizer)
+    variants = ego_states_of_every_prompt_length(tokenizer, with_distance)
     lengths = [build_planning_prompt(tokenizer, front_image, *variant).length for variant in variants]
     assert len(lengths) == len(set(lengths)) >= 2
     rng = np.random.default_rng(0)
@@ -136,9 +168,9 @@ def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tok
         velocity = (float(rng.uniform(-5.0, 45.0)), float(rng.uniform(-3.0, 3.0)))
         acceleration = tuple(float(a) for a in rng.uniform(-12.0, 12.0, size=2))
         command = COMMANDS[int(rng.integers(len(COMMANDS)))]
-        assert (
-            build_planning_prompt(tokenizer, front_image, command, velocity, acceleration).length in lengths
-        )
+        distance = float(rng.uniform(0.0, 150.0)) if with_distance and rng.random() < 0.7 else None
+        prompt = build_planning_prompt(tokenizer, front_image, command, velocity, acceleration, distance)
+        assert prompt.length in lengths
 
 
 @pytest.mark.parametrize("size_hw", [(96, 128), (360, 640), (1080, 1920)], ids=["20", "220", "1980-tokens"])

@@ -269,6 +269,10 @@ def send_bad(driver: Driver, case: str) -> None:
         driver.send(Time(sec=now.sec - 10, nanosec=now.nanosec))
     elif case == "unknown-command":
         driver.command.publish(DrivingCommand(header=Header(stamp=now), command=9))
+    elif case == "negative-branch-distance":
+        command = DrivingCommand(header=Header(stamp=now), command=DrivingCommand.UNKNOWN, has_distance=True)
+        command.distance_m = -5.0
+        driver.command.publish(command)
     elif case == "tiny-frame":
         driver.send(now, bad_image(shape=(1, 1, 3)))
     elif case == "unusable-image-shape":
@@ -282,6 +286,7 @@ BAD_INPUTS = [
     ("stale-frame", "frame is 1000"),
     ("stamps-backwards", "stamps jumped backwards"),
     ("unknown-command", "unknown driving command 9"),
+    ("negative-branch-distance", "branch distance -5.0 m is not a distance"),
     ("tiny-frame", "frame is 1x1 px; input.min_image_side_px is 32"),
     ("unusable-image-shape", "aspect ratio must be at most 200"),
 ]

@@ -8,7 +8,7 @@ from rosbags.rosbag2 import Reader
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.sim.bags import START_TIME_NS, BagTopics, DriveTick, make_typestore, write_drive_bag
-from wamdiff2_ros.sim.expert import navigation_command
+from wamdiff2_ros.sim.expert import branch_distance_m, navigation_command
 from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scenes import make_scene
 
@@ -23,7 +23,9 @@ def drive(tmp_path_factory):
     for _ in range(TICKS):
         snapshot = scene.snapshot()
         image = render_front(CAMERA, scene.lanes, snapshot).image_rgb
-        ticks.append(DriveTick(snapshot, image, navigation_command(scene, snapshot.ego.xy)))
+        xy, rule = snapshot.ego.xy, "branch_distance"
+        command = navigation_command(scene, xy, rule)
+        ticks.append(DriveTick(snapshot, image, command, branch_distance_m(scene, xy, rule)))
         scene.step()
     path = tmp_path_factory.mktemp("bags") / "drive"
     assert write_drive_bag(path, CAMERA, ticks) == TICKS
@@ -89,7 +91,12 @@ def test_image_camera_info_odometry_imu_and_command_contents(drive):
     _, imu = _topic(messages, topics.imu)[3]
     assert imu.linear_acceleration.z == pytest.approx(9.81) and imu.header.frame_id == "ego_vehicle/imu"
     codes = {"left": 1, "straight": 2, "right": 3}
-    assert [m.command for _, m in _topic(messages, topics.command)] == [codes[t.command] for t in ticks]
+    commands = [m for _, m in _topic(messages, topics.command)]
+    assert [m.command for m in commands] == [codes[t.command] for t in ticks]
+    assert any(t.command_distance_m is not None for t in ticks)  # the drive approaches its branch
+    for message, tick in zip(commands, ticks, strict=True):
+        assert message.has_distance == (tick.command_distance_m is not None)
+        assert message.distance_m == pytest.approx(tick.command_distance_m or 0.0, abs=1e-4)
 
 
 def test_image_of_the_wrong_size_is_refused(tmp_path, drive):

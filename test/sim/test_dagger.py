@@ -85,3 +85,19 @@ def test_driving_on_keeps_the_log_one_snapshot_a_tick() -> None:
     assert result.end_reason == "collision" and len(labeller.log) == ended + HORIZON_TICKS
     times = [snapshot.time_s for snapshot in labeller.log]
     assert np.allclose(np.diff(times), 1.0 / SIM_HZ)
+
+
+def test_rollouts_can_be_labelled_in_another_command_rule_than_the_policy_reads(tmp_path) -> None:
+    # A round that adds the branch distance starts from a model of the `branch` rule: it drives on its own
+    # rule, and the states it reaches get prompts with the distance.
+    config = GenerateConfig(
+        out_dir=tmp_path, samples=6, seed=4, camera=CAMERA, scene_kind="intersection",
+        command_rule="branch_distance",
+    )  # fmt: skip
+    generate_dagger(config, constant_velocity_factory, LOOP, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    assert any(t["command_distance_m"] is not None for t in truths)
+    prompts = [r.user_text for r in load_records(tmp_path / "planning.json", "planning")]
+    assert sum(" in " in p.split("\n")[1] for p in prompts) == sum(
+        t["command_distance_m"] is not None for t in truths
+    )

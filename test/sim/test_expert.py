@@ -12,6 +12,7 @@ from wamdiff2_ros.geometry import Camera, map_to_ego
 from wamdiff2_ros.sim.expert import (
     HORIZON_TICKS,
     TICKS_PER_WAYPOINT,
+    branch_distance_m,
     ground_truth,
     navigation_command,
     record_drive,
@@ -87,6 +88,28 @@ def test_a_turn_at_an_intersection_is_commanded_before_and_through_the_junction(
         assert commanded.min() == pytest.approx(max(branch.node_arc_m - 50.0, 0.0), abs=2.5)
         assert commanded.max() == pytest.approx(branch.end_arc_m, abs=2.5)
         assert set(words) == {"straight", branch.command}
+        return
+    raise AssertionError("no turning route in 40 intersection scenes")
+
+
+def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the_turn():
+    # The `branch_distance` rule says the same word as `branch` and how far along the route its branch is.
+    for seed in range(40):
+        scene = make_scene(seed, "intersection")
+        (branch,) = scene.route_branches
+        if branch.command == "straight":
+            continue
+        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1))])
+        for xy, arc_m in zip(scene.route_map, arc, strict=True):
+            word = navigation_command(scene, xy, "branch_distance")
+            assert word == navigation_command(scene, xy, "branch")
+            distance = branch_distance_m(scene, xy, "branch_distance")
+            assert branch_distance_m(scene, xy, "branch") is None  # the other rules give none
+            if word == "straight":
+                assert distance is None
+            else:
+                assert distance == pytest.approx(max(branch.node_arc_m - arc_m, 0.0), abs=1e-6)
+                assert distance <= 50.0
         return
     raise AssertionError("no turning route in 40 intersection scenes")
 

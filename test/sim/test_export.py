@@ -12,6 +12,7 @@ from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate, load_command_rule, standing_start
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
+from wamdiff2_ros.training.data import load_records
 
 TRUTH = GroundTruth(
     command="left",
@@ -147,3 +148,20 @@ def test_highway_events_only_drives_highways_with_an_event_ahead(tmp_path):
     generate(config, progress=False)
     truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
     assert len(truths) == 6 and {t["kind"] for t in truths} == {"highway"}
+
+
+def test_the_branch_distance_rule_writes_the_distance_into_prompts_and_truth(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=6, seed=4, camera=Camera().scaled_to_width(64), workers=1,
+        scene_kind="intersection", command_rule="branch_distance",
+    )  # fmt: skip
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    prompts = {r.id: r.user_text for r in load_records(tmp_path / "planning.json", "planning")}
+    assert any(t["command_distance_m"] is not None for t in truths)
+    for truth in truths:
+        distance = truth["command_distance_m"]
+        words = truth["command"] if distance is None else f"{truth['command']} in {round(distance)}m"
+        assert f"The navigation information is: {words}\n" in prompts[truth["id"]]
+        assert export.ground_truth_from_line(truth).command_distance_m == distance
+    assert load_command_rule(tmp_path) == "branch_distance"

@@ -128,6 +128,21 @@ def test_a_step_killed_midway_is_made_again_not_read_as_done(tmp_path, monkeypat
     assert len(json.loads((Path(outputs["copy"]) / "planning.json").read_text())) == 4
 
 
+def test_a_dagger_step_labels_in_the_command_rule_it_names(tmp_path, monkeypatch) -> None:
+    # A round that adds the branch distance rolls out a model of another rule (it drives on its own).
+    from wamdiff2_ros.eval import model_policy
+
+    path = _recipe(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    rollouts = {"name": "rollouts", "kind": "dagger", "model": "scenes", "samples": 2, "seed": 2}
+    raw["steps"] = [raw["steps"][0], rollouts | {"command_rule": "branch_distance"}]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    calls = []
+    monkeypatch.setattr(model_policy, "model_dagger_data", lambda out, samples, **kw: calls.append(kw))
+    run_recipe(load_recipe(path), log=lambda line: None)
+    assert calls[0]["command_rule"] == "branch_distance" and calls[0]["seed"] == 2
+
+
 def test_until_stops_after_the_named_step(tmp_path) -> None:
     recipe = load_recipe(_recipe(tmp_path))
     outputs = run_recipe(recipe, tmp_path / "other", until="init", log=lambda line: None)

@@ -477,7 +477,7 @@ def run_trace(args: argparse.Namespace) -> int:
     result, points = trace_episode(args.seed, factory, config, args.kind, sampler)
     ending = f"{result.end_reason}, route completion {result.route_completion:.2f}"
     print(f"seed {result.seed} ({result.kind}): {ending}")
-    header = "    t s  speed  command   policy 4 s (x, y)  2 s x   expert 4 s (x, y)  2 s x"
+    header = "    t s  speed  command        policy 4 s (x, y)  2 s x   expert 4 s (x, y)  2 s x"
     print(header + ("  sampled near expert" if sampler else ""))
     shown = -math.inf
     for point in points:
@@ -486,7 +486,7 @@ def run_trace(args: argparse.Namespace) -> int:
         shown = point.time_s
         plan, expert = point.plan, point.expert
         print(
-            f"  {point.time_s:5.1f}  {point.speed_mps:5.1f}  {point.command:8s}  "
+            f"  {point.time_s:5.1f}  {point.speed_mps:5.1f}  {point.command:13s}  "
             f"{plan[-1, 0]:6.1f} {plan[-1, 1]:6.1f}  {plan[3, 0]:6.1f}   "
             f"{expert[-1, 0]:6.1f} {expert[-1, 1]:6.1f}  {expert[3, 0]:6.1f}"
             + (f"  {point.near_expert():>8d} / {len(point.samples)}" if sampler else "")

@@ -72,6 +72,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--acceleration", nargs=2, type=float, required=True, metavar=("AX", "AY"), help="m/s^2"
     )
     parser.add_argument("--command", required=True, choices=COMMAND_CHOICES, help="navigation command")
+    parser.add_argument(
+        "--command-distance",
+        type=float,
+        metavar="M",
+        help="distance along the route to the command's branch (a model of the branch_distance rule)",
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
     source.add_argument("--preset", default="", help="random-weight preset: tiny, 2b or 8b")
@@ -242,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
             command=args.command,
             velocity_mps=tuple(args.velocity),
             acceleration_mps2=tuple(args.acceleration),
+            command_distance_m=args.command_distance,
         )
         planner = Planner.from_settings(
             config,

@@ -77,7 +77,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--command-rule",
         default="branch",
         help="how the route becomes the navigation command: branch, the way it goes at its next junction "
-        "or roundabout exit (default); heading, its heading change over 50 m (what models trained before "
+        "or roundabout exit (default); branch_distance, the same with the distance to that branch in the "
+        "prompt ('right in 35m'); heading, its heading change over 50 m (what models trained before "
         "2026-12-03 read; ambiguous in roundabouts)",
     )
     gen.set_defaults(func=run_generate)
@@ -113,6 +114,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--highway-events-only",
         action="store_true",
         help="every episode on a highway with a braking lead car or a stopped car ahead",
+    )
+    dagger.add_argument(
+        "--command-rule",
+        help="the navigation rule the samples' prompts are written in (default: the one the model reads, "
+        "which it drives on either way)",
     )
     dagger.add_argument("--route-m", type=float, default=400.0, help="route length (default 400 m)")
     dagger.add_argument("--max-s", type=float, default=20.0, help="time limit per episode (default 20 s)")
@@ -173,6 +179,7 @@ def run_dagger(args: argparse.Namespace) -> int:
         plan_hz=args.plan_hz,
         block_size=args.block_size,
         steps=args.steps,
+        command_rule=args.command_rule,
         workers=args.workers,
         first_sample_s=args.first_sample_s,
         label_last_states=args.label_last_states,

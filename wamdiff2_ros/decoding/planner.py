@@ -25,10 +25,12 @@ from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_waypoints, salvage_detections
 from wamdiff2_ros.model.prompt import (
+    DISTANCE_COMMAND_RULE,
     MAX_PIXELS,
     NUM_WAYPOINTS,
     build_planning_prompt,
     build_prompt,
+    command_rule_of,
     detection_user_text,
     ego_states_of_every_prompt_length,
     min_int_digits_of,
@@ -46,12 +48,15 @@ class DrivingInputs:
         command: navigation command word (``left``, ``straight``, ``right``, ``unknown``).
         velocity_mps: (vx, vy) in the ego frame (x forward, y left).
         acceleration_mps2: (ax, ay) in the ego frame.
+        command_distance_m: distance along the route to the command's branch, for a model trained on the
+            ``branch_distance`` rule (``model.prompt.planning_user_text``); None where unknown.
     """
 
     image_rgb: np.ndarray
     command: str
     velocity_mps: tuple[float, float]
     acceleration_mps2: tuple[float, float]
+    command_distance_m: float | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ class Planner:
             inputs.command,
             inputs.velocity_mps,
             inputs.acceleration_mps2,
+            inputs.command_distance_m,
             max_pixels=self.max_pixels,
         )
         preprocess_s = time.perf_counter() - started
@@ -226,8 +232,9 @@ class Planner:
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
         if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
-            for command, velocity, acceleration in ego_states_of_every_prompt_length(self.loaded.tokenizer):
-                self.plan(DrivingInputs(frame, command, velocity, acceleration))
+            with_distance = command_rule_of(self.loaded.model.config) == DISTANCE_COMMAND_RULE
+            for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, with_distance):
+                self.plan(DrivingInputs(frame, *state))
         return time.perf_counter() - started
 
     def _frame(self, image_rgb: np.ndarray) -> np.ndarray | torch.Tensor:

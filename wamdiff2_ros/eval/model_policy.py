@@ -56,6 +56,7 @@ class ModelPolicy:
                 command=observation.command,
                 velocity_mps=tuple(float(v) for v in observation.velocity_ego_mps),
                 acceleration_mps2=tuple(float(a) for a in observation.accel_ego_mps2),
+                command_distance_m=observation.command_distance_m,
             )
         )
         self.plans += 1
@@ -297,9 +298,11 @@ def model_dagger_data(
     label_last_states: bool = False,
     highway_events_only: bool = False,
     scene_kind: str | None = None,
+    command_rule: str | None = None,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
-    the model's own number style and navigation command rule; ``generate``'s summary. ``workers`` > 1: that
+    the model's own number style, its prompts written in ``command_rule`` (None: the rule the model reads,
+    which it drives on either way); ``generate``'s summary. ``workers`` > 1: that
     many CPU processes of one thread each drive episodes side by side (``device`` is then ignored: a tiny
     model's plan is bound by the host, and 16 cores plan faster than one GPU stream). ``first_sample_s``,
     ``label_last_states``, ``highway_events_only`` and ``scene_kind`` as ``GenerateConfig`` says."""
@@ -320,7 +323,7 @@ def model_dagger_data(
         camera=camera,
         stride_s=stride_s,
         min_int_digits=json.loads((folder / "config.json").read_text()).get(MIN_INT_DIGITS_KEY, 1),
-        command_rule=read_command_rule(folder),  # the commands it drove on
+        command_rule=command_rule or read_command_rule(folder),
         first_sample_s=first_sample_s,
         label_last_states=label_last_states,
         highway_events_only=highway_events_only,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wamdiff2_ros.model.prompt import navigation_text
 from wamdiff2_ros.sim.closed_loop import (
     ClosedLoopConfig,
     EpisodeResult,
@@ -84,7 +85,9 @@ class _Traced:
         expert = expert_plan(self.scene)
         sampled = self.sampler(observation) if self.sampler else []
         samples = np.asarray(sampled, dtype=np.float64).reshape(-1, *plan.shape)  # (0, 8, 2) when none
-        self.points.append(TracePoint(observation.time_s, speed, observation.command, plan, expert, samples))
+        # the command as the policy read it
+        command = navigation_text(observation.command, observation.command_distance_m)
+        self.points.append(TracePoint(observation.time_s, speed, command, plan, expert, samples))
         return plan
 
 

@@ -31,12 +31,17 @@ WAYPOINT_DT_S = 0.5
 MIN_INT_DIGITS_KEY = "planning_min_int_digits"
 # How a route becomes the navigation word (``sim.expert.navigation_command``): ``branch``, the way the route
 # goes at its next junction or roundabout exit (what CARLA's route options say); ``heading``, the route's
-# heading change over 50 m (ambiguous in roundabouts). A model's config.json names the rule of its training
-# data under COMMAND_RULE_KEY; data and models from before the key existed were made with the legacy rule.
-COMMAND_RULES = ("branch", "heading")
+# heading change over 50 m (ambiguous in roundabouts); ``branch_distance``, ``branch``'s word with the
+# distance along the route to that branch ("right in 35m", as route guidance says it: the word alone tells
+# which way, not when). A model's config.json names the rule of its training data under COMMAND_RULE_KEY;
+# data and models from before the key existed were made with the legacy rule.
+COMMAND_RULES = ("branch", "heading", "branch_distance")
 DEFAULT_COMMAND_RULE = "branch"
 LEGACY_COMMAND_RULE = "heading"
 COMMAND_RULE_KEY = "navigation_command_rule"
+DISTANCE_COMMAND_RULE = "branch_distance"
+# A branch distance is written in whole metres, at most this (two digits: a fixed set of prompt lengths).
+MAX_COMMAND_DISTANCE_M = 99
 
 
 def _pair(values: Sequence[float], name: str) -> str:
@@ -46,10 +51,28 @@ def _pair(values: Sequence[float], name: str) -> str:
     return f"({values[0] + 0.0:.2f},{values[1] + 0.0:.2f})"
 
 
+def navigation_text(command: str, distance_m: float | None = None) -> str:
+    """The navigation information of the prompt: the word, or ``right in 35m`` with a branch distance.
+
+    The distance is rounded to whole metres and capped at ``MAX_COMMAND_DISTANCE_M``.
+
+    Raises:
+        InputError: unknown command, or a distance that is negative or not finite.
+    """
+    if command not in COMMANDS:
+        raise InputError(f"navigation command must be one of {COMMANDS}, got {command!r}")
+    if distance_m is None:
+        return command
+    if not np.isfinite(distance_m) or distance_m < 0.0:
+        raise InputError(f"branch distance must be a finite distance >= 0 m, got {distance_m!r}")
+    return f"{command} in {min(round(distance_m), MAX_COMMAND_DISTANCE_M)}m"
+
+
 def planning_user_text(
     command: str,
     velocity_mps: Sequence[float],
     acceleration_mps2: Sequence[float],
+    distance_m: float | None = None,
 ) -> str:
     """The human turn of the planning prompt, with ``<image>`` where the front image goes.
 
@@ -57,16 +80,16 @@ def planning_user_text(
         command: navigation command word (one of ``COMMANDS``).
         velocity_mps: ego velocity (vx, vy) in the ego frame, x forward, y left.
         acceleration_mps2: ego acceleration (ax, ay) in the ego frame.
+        distance_m: distance along the route to the branch the command is about (the ``branch_distance``
+            rule); None writes the word alone, as the reference does.
 
     Raises:
-        InputError: unknown command or non-finite numbers.
+        InputError: unknown command, a bad distance or non-finite numbers.
     """
-    if command not in COMMANDS:
-        raise InputError(f"navigation command must be one of {COMMANDS}, got {command!r}")
     return "\n".join(
         (
             f"Here is a front-view images from a driving vehicle: {IMAGE_PLACEHOLDER}",
-            f"The navigation information is: {command}",
+            f"The navigation information is: {navigation_text(command, distance_m)}",
             "The current position is (0.00,0.00)",
             f"The current velocity is: {_pair(velocity_mps, 'velocity')} and current accelerate is: "
             f"{_pair(acceleration_mps2, 'acceleration')}",
@@ -75,22 +98,28 @@ def planning_user_text(
     )
 
 
+EgoState = tuple[str, tuple[float, float], tuple[float, float], float | None]
+
+
 def ego_states_of_every_prompt_length(
-    tokenizer: PreTrainedTokenizerBase,
-) -> list[tuple[str, tuple[float, float], tuple[float, float]]]:
-    """One (command, velocity, acceleration) per token count the planning prompt can have (|values| < 100).
+    tokenizer: PreTrainedTokenizerBase, with_distance: bool = False
+) -> list[EgoState]:
+    """One (command, velocity, acceleration, distance) per token count the planning prompt can have
+    (|values| < 100).
 
     Qwen's tokenizer makes every digit its own token, so a number's tokens depend only on its sign and its
     count of integer digits: trying each of those shapes for the four numbers, with every command, meets
-    every length (five for the Qwen3 tokenizer). Fast paths that capture per prompt length warm them all.
+    every length (five for the Qwen3 tokenizer). ``with_distance`` adds the branch distance's shapes (none,
+    one digit, two) for a model that reads one. Fast paths that capture per prompt length warm them all.
     """
     shapes = (1.25, 12.25, -1.25, -12.25)
-    by_length: dict[int, tuple[str, tuple[float, float], tuple[float, float]]] = {}
-    for command in COMMANDS:
+    distances = (None, 5.0, 35.0) if with_distance else (None,)
+    by_length: dict[int, EgoState] = {}
+    for command, distance_m in itertools.product(COMMANDS, distances):
         for vx, vy, ax, ay in itertools.product(shapes, repeat=4):
-            text = chat_prompt_text(planning_user_text(command, (vx, vy), (ax, ay)), 1)
+            text = chat_prompt_text(planning_user_text(command, (vx, vy), (ax, ay), distance_m), 1)
             length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            by_length.setdefault(length, (command, (vx, vy), (ax, ay)))
+            by_length.setdefault(length, (command, (vx, vy), (ax, ay), distance_m))
     return [by_length[length] for length in sorted(by_length)]
 
 
@@ -235,6 +264,7 @@ def build_planning_prompt(
     command: str,
     velocity_mps: Sequence[float],
     acceleration_mps2: Sequence[float],
+    distance_m: float | None = None,
     *,
     min_pixels: int = MIN_PIXELS,
     max_pixels: int = MAX_PIXELS,
@@ -247,6 +277,7 @@ def build_planning_prompt(
         command: navigation command (``COMMANDS``).
         velocity_mps: (vx, vy) in the ego frame.
         acceleration_mps2: (ax, ay) in the ego frame.
+        distance_m: distance to the command's branch (``planning_user_text``), None for the word alone.
         min_pixels: smallest resized image area.
         max_pixels: largest resized image area.
 
@@ -254,9 +285,9 @@ def build_planning_prompt(
         The prompt tensors.
 
     Raises:
-        InputError: bad command, non-finite state, or unusable image.
+        InputError: bad command or distance, non-finite state, or unusable image.
     """
-    user_text = planning_user_text(command, velocity_mps, acceleration_mps2)
+    user_text = planning_user_text(command, velocity_mps, acceleration_mps2, distance_m)
     return build_prompt(tokenizer, user_text, image, min_pixels=min_pixels, max_pixels=max_pixels)
 
 

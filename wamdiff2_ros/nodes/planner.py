@@ -26,6 +26,7 @@ Topics (private, remapped by the launch file):
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -114,6 +115,10 @@ class HeldPlan:
     waypoints_ego: np.ndarray
 
 
+# What the worker takes: the synced frame and ego state, the command code and its branch distance (or None).
+WorkItem = tuple[Match[Frame, EgoMotion], int, float | None]
+
+
 class PlannerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("wamdiff2_planner", **kwargs)
@@ -126,7 +131,7 @@ class PlannerNode(Node):
         self._sync_lock = threading.Lock()
         self._acceleration = AccelerationFromVelocity()
         self._imu: tuple[int, tuple[float, float]] | None = None
-        self._command = DrivingCommand.UNKNOWN
+        self._command: tuple[int, float | None] = (DrivingCommand.UNKNOWN, None)
         # The plan the hold fallback shifts in time. Two threads touch it: the worker thread sets it (a good
         # plan, _on_result) and reads it (_fallback), the executor thread clears it (a time jump, _note_sync);
         # _held_lock guards every access (taken after _sync_lock there, and alone elsewhere).
@@ -344,7 +349,11 @@ class PlannerNode(Node):
         self._seen("command")
         if msg.command not in COMMAND_WORDS:
             self.health.problem("command", f"unknown driving command {msg.command}; using UNKNOWN")
-        self._command = msg.command if msg.command in COMMAND_WORDS else DrivingCommand.UNKNOWN
+        distance_m = float(msg.distance_m) if msg.has_distance else None
+        if distance_m is not None and not (math.isfinite(distance_m) and distance_m >= 0.0):
+            self.health.problem("command", f"branch distance {msg.distance_m} m is not a distance; ignored")
+            distance_m = None
+        self._command = (msg.command if msg.command in COMMAND_WORDS else DrivingCommand.UNKNOWN, distance_m)
 
     def _submit(self, match: Match[Frame, EgoMotion] | None) -> None:
         if match is None:
@@ -352,17 +361,19 @@ class PlannerNode(Node):
         if self.planner is None:
             self.health.count("frames_before_model_ready")
             return
-        self.worker.submit((match, self._command))
+        self.worker.submit((match, *self._command))
 
     # --- inference (worker thread) -------------------------------------------------------------------
 
-    def _infer(self, item: tuple[Match[Frame, EgoMotion], int]) -> PlanOutput:
-        match, command = item
+    def _infer(self, item: WorkItem) -> PlanOutput:
+        match, command, distance_m = item
         state, frame = match.state, match.frame
         started = time.monotonic()
         image = frame.image_rgb  # converted here, for the frames the worker takes only
         converted = time.monotonic()
-        inputs = DrivingInputs(image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2)
+        inputs = DrivingInputs(
+            image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2, distance_m
+        )
         output = self.planner.plan(inputs)
         # What the node adds to the plan's own stages: the frame's way here, waiting for the worker, and the
         # frame's conversion (publishing is added once the outputs are out: _on_result).
@@ -371,10 +382,8 @@ class PlannerNode(Node):
         output.stages_s["convert"] = converted - started
         return output
 
-    def _on_result(
-        self, item: tuple[Match[Frame, EgoMotion], int], output: PlanOutput, seconds: float
-    ) -> None:
-        match, command = item
+    def _on_result(self, item: WorkItem, output: PlanOutput, seconds: float) -> None:
+        match, command, _ = item
         header = Header(stamp=match.frame.header.stamp, frame_id=self.params["output.frame_id"])
         result, config = output.decode, output.config
         info = decoder_info(
@@ -453,8 +462,8 @@ class PlannerNode(Node):
             drawn = draw_boxes(frame.image_rgb[:, :, ::-1], output.boxes_px, output.labels)
             self.pub_detection_image.publish(numpy_to_image(drawn, "bgr8", frame.header))
 
-    def _on_inference_error(self, item: tuple[Match[Frame, EgoMotion], int], error: BaseException) -> None:
-        match, command = item
+    def _on_inference_error(self, item: WorkItem, error: BaseException) -> None:
+        match, command, _ = item
         out_of_memory = Planner.is_out_of_memory(error)
         reason = f"{type(error).__name__}: {error}"
         if isinstance(error, InputError):  # the frame, converted on this thread, was unusable

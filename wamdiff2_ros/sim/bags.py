@@ -44,11 +44,13 @@ class BagTopics:
 
 @dataclass(frozen=True)
 class DriveTick:
-    """What a drive bag records at one tick: the scene state, the rendered frame and the command."""
+    """What a drive bag records at one tick: the scene state, the rendered frame and the command (with the
+    distance to its branch, None where the rule gives none)."""
 
     snapshot: Snapshot
     image_rgb: np.ndarray
     command: str
+    command_distance_m: float | None = None
 
 
 def find_msg_file(name: str) -> Path:
@@ -226,7 +228,10 @@ def write_drive_bag(
                 ),
                 topics.imu: _imu_msg(typestore, tick.snapshot, _header(typestore, time_ns, topics.imu_frame)),
                 topics.command: typestore.types[DRIVING_COMMAND_TYPE](
-                    header=_header(typestore, time_ns, ""), command=COMMAND_CODES[tick.command]
+                    header=_header(typestore, time_ns, ""),
+                    command=COMMAND_CODES[tick.command],
+                    has_distance=tick.command_distance_m is not None,
+                    distance_m=0.0 if tick.command_distance_m is None else tick.command_distance_m,
                 ),
             }
             for topic, message in messages.items():

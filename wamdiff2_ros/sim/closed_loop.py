@@ -19,7 +19,7 @@ from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 from wamdiff2_ros.sim.controller import TrajectoryController
 from wamdiff2_ros.sim.engine import SIM_HZ
-from wamdiff2_ros.sim.expert import ego_motion, navigation_command
+from wamdiff2_ros.sim.expert import branch_distance_m, ego_motion, navigation_command
 from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene, make_scene
@@ -37,6 +37,7 @@ class Observation:
     accel_ego_mps2: np.ndarray  # (2,)
     command: str  # left | straight | right
     time_s: float
+    command_distance_m: float | None = None  # to the command's branch, for a policy whose rule gives one
 
 
 class Policy(Protocol):
@@ -139,6 +140,7 @@ def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -
         accel,
         navigation_command(scene, snapshot.ego.xy, policy.command_rule),
         snapshot.time_s,
+        branch_distance_m(scene, snapshot.ego.xy, policy.command_rule),
     )
 
 

@@ -14,7 +14,13 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import map_to_ego, wrap_angle
-from wamdiff2_ros.model.prompt import COMMAND_RULES, DEFAULT_COMMAND_RULE, NUM_WAYPOINTS, WAYPOINT_DT_S
+from wamdiff2_ros.model.prompt import (
+    COMMAND_RULES,
+    DEFAULT_COMMAND_RULE,
+    DISTANCE_COMMAND_RULE,
+    NUM_WAYPOINTS,
+    WAYPOINT_DT_S,
+)
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.render import Frame
 from wamdiff2_ros.sim.scene_types import LaneGeometry, Snapshot, to_map_xy
@@ -59,6 +65,7 @@ class GroundTruth:
     boxes_px: np.ndarray  # (M, 4) x1, y1, x2, y2 of visible vehicles
     labels: tuple[str, ...]
     qa: tuple[tuple[str, str], ...]  # (question, answer) from scene facts
+    command_distance_m: float | None = None  # to the command's branch (``branch_distance_m``); None: none
 
 
 def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahead_m: float) -> float:
@@ -80,12 +87,13 @@ def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahe
 def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE) -> str:
     """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``.
 
-    ``branch``: the way the route goes at its next branch within 50 m (``roads.RouteBranch``: which of the
-    roads out of that node it takes, against the one that continues), held through a turn until the
-    turning lane ends; ``straight`` where no branch is near. What CARLA's route options say at junctions.
-    ``heading`` (the legacy rule): ``left`` / ``right`` when the route turns by more than 45 degrees
-    within 50 m; in a roundabout its word before an exit depends on how far round the route goes after it
-    (``straight`` before most exits a route takes, and before some it passes).
+    ``branch`` (and ``branch_distance``, whose word it is): the way the route goes at its next branch within
+    50 m (``roads.RouteBranch``: which of the roads out of that node it takes, against the one that
+    continues), held through a turn until the turning lane ends; ``straight`` where no branch is near. What
+    CARLA's route options say at junctions. ``heading`` (the legacy rule): ``left`` / ``right`` when the
+    route turns by more than 45 degrees within 50 m; in a roundabout its word before an exit depends on how
+    far round the route goes after it (``straight`` before most exits a route takes, and before some it
+    passes).
 
     Raises:
         InputError: an unknown rule.
@@ -97,16 +105,35 @@ def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAUL
         if change_rad < -TURN_THRESHOLD_RAD:
             return "right"
         return "straight"
-    if rule != "branch":
+    if rule not in COMMAND_RULES:
         raise InputError(f"navigation command rule must be one of {COMMAND_RULES}, got {rule!r}")
+    branch, _ = _branch_ahead(scene, position_xy)
+    return branch.command if branch is not None else "straight"
+
+
+def branch_distance_m(
+    scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE
+) -> float | None:
+    """How far along the route the branch that ``navigation_command`` speaks of is (0 once the ego is past
+    its node, through the turn); None where no branch is near or the rule gives no distance (only
+    ``branch_distance`` does)."""
+    if rule != DISTANCE_COMMAND_RULE:
+        return None
+    branch, arc_m = _branch_ahead(scene, position_xy)
+    return max(branch.node_arc_m - arc_m, 0.0) if branch is not None else None
+
+
+def _branch_ahead(scene: Scene, position_xy: np.ndarray):
+    """The route's branch that sets the command at ``position_xy`` (within the look-ahead, or one whose turn
+    is under way), or None; and the position's arc length along the route."""
     route_map = scene.route_map
     nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
     arc_m = float(np.linalg.norm(np.diff(route_map[: nearest + 1], axis=0), axis=1).sum())
     for branch in scene.route_branches:
         held_until_m = branch.end_arc_m if branch.command != "straight" else branch.node_arc_m
         if arc_m <= held_until_m:
-            return branch.command if branch.node_arc_m - arc_m <= COMMAND_LOOKAHEAD_M else "straight"
-    return "straight"
+            return (branch if branch.node_arc_m - arc_m <= COMMAND_LOOKAHEAD_M else None), arc_m
+    return None, arc_m
 
 
 def ego_motion(snapshot: Snapshot) -> tuple[np.ndarray, np.ndarray]:
@@ -254,6 +281,7 @@ def ground_truth(
         boxes_px=boxes,
         labels=("car",) * len(boxes),
         qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
+        command_distance_m=branch_distance_m(scene, snapshot.ego.xy, command_rule),
     )
 
 

@@ -38,7 +38,9 @@ def record(sample_id: str, image_path: str, user_text: str, answer: str) -> dict
 def planning_record(sample_id: str, image_path: str, truth: GroundTruth, min_int_digits: int = 1) -> dict:
     """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``
     (``min_int_digits`` 2: the padded number style, ``model.prompt.format_waypoints``)."""
-    user_text = planning_user_text(truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2)
+    user_text = planning_user_text(
+        truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2, truth.command_distance_m
+    )
     return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego, min_int_digits))
 
 
@@ -88,6 +90,7 @@ def ground_truth_line(sample_id: str, image_path: str, truth: GroundTruth) -> di
         "id": sample_id,
         "image": image_path,
         "command": truth.command,
+        "command_distance_m": truth.command_distance_m,
         "velocity_ego_mps": _rounded(truth.velocity_ego_mps),
         "accel_ego_mps2": _rounded(truth.accel_ego_mps2),
         "waypoints_ego": _rounded(truth.waypoints_ego),
@@ -124,4 +127,5 @@ def ground_truth_from_line(line: dict) -> GroundTruth:
         boxes_px=_array(line["boxes_px"], (4,)),
         labels=tuple(line["labels"]),
         qa=tuple((q, a) for q, a in line["qa"]),
+        command_distance_m=line.get("command_distance_m"),  # absent from lines written before the rule
     )

@@ -164,8 +164,13 @@ def load_task_records(files: dict[str, str]) -> list[Record]:
 def vocabulary_texts(folders: list[Path]) -> list[str]:
     """What a reduced vocabulary (``model/vocab.py``) must cover for scenes like the folders': every user turn
     of their task files in the chat template, every answer, and a planning prompt per command (the node also
-    sends "unknown", which generated scenes never do)."""
-    texts = [chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0)), 1) for c in COMMANDS]
+    sends "unknown", which generated scenes never do), with and without a branch distance (the node sends one
+    to a ``branch_distance`` model, which may also see "unknown in 35m")."""
+    texts = [
+        chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0), d), 1)
+        for c in COMMANDS
+        for d in (None, 35.0)
+    ]
     for folder in folders:
         for task in ("planning", "detection", "qa"):
             path = Path(folder) / f"{task}.json"

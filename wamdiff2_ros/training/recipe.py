@@ -359,7 +359,8 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 
     out = context.folder(step)
     keys = "seed route_m max_s block_size steps workers stride_s first_sample_s label_last_states"
-    optional = {key: step[key] for key in (*keys.split(), "highway_events_only", "scene_kind") if key in step}
+    extra = ("highway_events_only", "scene_kind", "command_rule")
+    optional = {key: step[key] for key in (*keys.split(), *extra) if key in step}
     model_dagger_data(
         out,
         step["samples"],
