@@ -10,6 +10,9 @@ sign (the separator before the value: ``,-`` for a right turn, ``,`` else) and o
 chooses what to commit first) and (b) with every token before it revealed (the AR view, as if the x and
 the earlier waypoints were committed as the expert's).
 
+Only a negative value's P(first) tells a turn from a straight plan: a positive value starts with the
+same ``,`` as a straight ``00.00``.
+
 Usage: python3 tools/probes/lateral_sign.py MODEL_DIR [SEED] [TIMES_S ...] (CPU, ~1 min a frame).
 """
 
