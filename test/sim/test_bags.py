@@ -8,7 +8,7 @@ from rosbags.rosbag2 import Reader
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.sim.bags import START_TIME_NS, BagTopics, DriveTick, make_typestore, write_drive_bag
-from wamdiff2_ros.sim.expert import branch_distance_m, navigation_command
+from wamdiff2_ros.sim.expert import navigation
 from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scenes import make_scene
 
@@ -23,9 +23,7 @@ def drive(tmp_path_factory):
     for _ in range(TICKS):
         snapshot = scene.snapshot()
         image = render_front(CAMERA, scene.lanes, snapshot).image_rgb
-        xy, rule = snapshot.ego.xy, "branch_distance"
-        command = navigation_command(scene, xy, rule)
-        ticks.append(DriveTick(snapshot, image, command, branch_distance_m(scene, xy, rule)))
+        ticks.append(DriveTick(snapshot, image, *navigation(scene, snapshot.ego.xy, "branch_distance")))
         scene.step()
     path = tmp_path_factory.mktemp("bags") / "drive"
     assert write_drive_bag(path, CAMERA, ticks) == TICKS

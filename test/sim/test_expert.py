@@ -12,8 +12,8 @@ from wamdiff2_ros.geometry import Camera, map_to_ego
 from wamdiff2_ros.sim.expert import (
     HORIZON_TICKS,
     TICKS_PER_WAYPOINT,
-    branch_distance_m,
     ground_truth,
+    navigation,
     navigation_command,
     record_drive,
     sample_indices,
@@ -101,10 +101,8 @@ def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the
             continue
         arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1))])
         for xy, arc_m in zip(scene.route_map, arc, strict=True):
-            word = navigation_command(scene, xy, "branch_distance")
-            assert word == navigation_command(scene, xy, "branch")
-            distance = branch_distance_m(scene, xy, "branch_distance")
-            assert branch_distance_m(scene, xy, "branch") is None  # the other rules give none
+            word, distance = navigation(scene, xy, "branch_distance")
+            assert navigation(scene, xy, "branch") == (word, None)  # the same word, and no distance
             if word == "straight":
                 assert distance is None
             else:

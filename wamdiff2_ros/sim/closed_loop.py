@@ -19,7 +19,7 @@ from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 from wamdiff2_ros.sim.controller import TrajectoryController
 from wamdiff2_ros.sim.engine import SIM_HZ
-from wamdiff2_ros.sim.expert import branch_distance_m, ego_motion, navigation_command
+from wamdiff2_ros.sim.expert import ego_motion, navigation
 from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene, make_scene
@@ -134,14 +134,8 @@ def _kinematic_ego(scene: Scene):
 def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -> Observation:
     velocity, accel = ego_motion(snapshot)
     image = render_front(camera, scene.lanes, snapshot).image_rgb if policy.needs_image else None
-    return Observation(
-        image,
-        velocity,
-        accel,
-        navigation_command(scene, snapshot.ego.xy, policy.command_rule),
-        snapshot.time_s,
-        branch_distance_m(scene, snapshot.ego.xy, policy.command_rule),
-    )
+    command, distance_m = navigation(scene, snapshot.ego.xy, policy.command_rule)
+    return Observation(image, velocity, accel, command, snapshot.time_s, distance_m)
 
 
 def run_episode(

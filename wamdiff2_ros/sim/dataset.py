@@ -27,9 +27,8 @@ from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.expert import (
     GroundTruth,
-    branch_distance_m,
     ground_truth,
-    navigation_command,
+    navigation,
     record_drive,
     sample_indices,
 )
@@ -138,8 +137,7 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
             DriveTick(
                 s,
                 render_front(config.camera, scene.lanes, s).image_rgb,
-                navigation_command(scene, s.ego.xy, config.command_rule),
-                branch_distance_m(scene, s.ego.xy, config.command_rule),
+                *navigation(scene, s.ego.xy, config.command_rule),
             )
             for s in log
         )

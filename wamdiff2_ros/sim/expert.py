@@ -65,7 +65,7 @@ class GroundTruth:
     boxes_px: np.ndarray  # (M, 4) x1, y1, x2, y2 of visible vehicles
     labels: tuple[str, ...]
     qa: tuple[tuple[str, str], ...]  # (question, answer) from scene facts
-    command_distance_m: float | None = None  # to the command's branch (``branch_distance_m``); None: none
+    command_distance_m: float | None = None  # to the command's branch (``navigation``); None: none given
 
 
 def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahead_m: float) -> float:
@@ -85,7 +85,17 @@ def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahe
 
 
 def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE) -> str:
-    """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``.
+    """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``
+    (``navigation``'s first half)."""
+    return navigation(scene, position_xy, rule)[0]
+
+
+def navigation(
+    scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE
+) -> tuple[str, float | None]:
+    """The route planner's word for the ego at ``position_xy`` and, for the ``branch_distance`` rule, how
+    far along the route the branch it speaks of is (0 once the ego is past its node, through the turn;
+    None where no branch is near, and always for the other rules).
 
     ``branch`` (and ``branch_distance``, whose word it is): the way the route goes at its next branch within
     50 m (``roads.RouteBranch``: which of the roads out of that node it takes, against the one that
@@ -101,26 +111,16 @@ def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAUL
     if rule == "heading":
         change_rad = route_heading_change(scene.route_map, position_xy, COMMAND_LOOKAHEAD_M)
         if change_rad > TURN_THRESHOLD_RAD:
-            return "left"
+            return "left", None
         if change_rad < -TURN_THRESHOLD_RAD:
-            return "right"
-        return "straight"
+            return "right", None
+        return "straight", None
     if rule not in COMMAND_RULES:
         raise InputError(f"navigation command rule must be one of {COMMAND_RULES}, got {rule!r}")
-    branch, _ = _branch_ahead(scene, position_xy)
-    return branch.command if branch is not None else "straight"
-
-
-def branch_distance_m(
-    scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE
-) -> float | None:
-    """How far along the route the branch that ``navigation_command`` speaks of is (0 once the ego is past
-    its node, through the turn); None where no branch is near or the rule gives no distance (only
-    ``branch_distance`` does)."""
-    if rule != DISTANCE_COMMAND_RULE:
-        return None
     branch, arc_m = _branch_ahead(scene, position_xy)
-    return max(branch.node_arc_m - arc_m, 0.0) if branch is not None else None
+    if branch is None:
+        return "straight", None
+    return branch.command, max(branch.node_arc_m - arc_m, 0.0) if rule == DISTANCE_COMMAND_RULE else None
 
 
 def _branch_ahead(scene: Scene, position_xy: np.ndarray):
@@ -265,14 +265,15 @@ def ground_truth(
         index: the sample's tick.
         scene: the scene the log came from (lanes and route).
         frame: the front-camera frame rendered at ``index``.
-        command_rule: how the route becomes the command (``navigation_command``).
+        command_rule: how the route becomes the command (``navigation``).
     """
     snapshot = log[index]
     velocity, accel = ego_motion(snapshot)
     agents = agent_futures(log, index)
     boxes = visible_boxes(frame)
+    command, distance_m = navigation(scene, snapshot.ego.xy, command_rule)
     return GroundTruth(
-        command=navigation_command(scene, snapshot.ego.xy, command_rule),
+        command=command,
         velocity_ego_mps=velocity,
         accel_ego_mps2=accel,
         waypoints_ego=expert_waypoints(log, index),
@@ -281,7 +282,7 @@ def ground_truth(
         boxes_px=boxes,
         labels=("car",) * len(boxes),
         qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
-        command_distance_m=branch_distance_m(scene, snapshot.ego.xy, command_rule),
+        command_distance_m=distance_m,
     )
 
 
