@@ -99,6 +99,8 @@ def test_bad_planning_inputs_are_input_errors(command, velocity, message):
 )
 def test_a_branch_distance_is_written_as_route_guidance_says_it(distance_m, text):
     assert navigation_text("right", distance_m) == text
+    if distance_m is not None:  # numpy's scalars (the simulator's arrays) write the same whole metres
+        assert navigation_text("right", np.float64(distance_m)) == text
     user_text = planning_user_text("right", (1.0, 0.0), (0.0, 0.0), distance_m)
     assert f"The navigation information is: {text}\n" in user_text
 

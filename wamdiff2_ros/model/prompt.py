@@ -65,7 +65,7 @@ def navigation_text(command: str, distance_m: float | None = None) -> str:
         return command
     if not np.isfinite(distance_m) or distance_m < 0.0:
         raise InputError(f"branch distance must be a finite distance >= 0 m, got {distance_m!r}")
-    return f"{command} in {min(round(distance_m), MAX_COMMAND_DISTANCE_M)}m"
+    return f"{command} in {min(round(float(distance_m)), MAX_COMMAND_DISTANCE_M)}m"
 
 
 def planning_user_text(
