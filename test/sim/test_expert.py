@@ -75,41 +75,39 @@ def test_in_a_roundabout_the_command_says_which_exit_to_take():
         assert exits == 1
 
 
-def test_a_turn_at_an_intersection_is_commanded_before_and_through_the_junction():
+def _turning_intersection():
+    """The first seeded intersection scene whose route turns, its branch and the route's arc length (m) at
+    each route point."""
     for seed in range(40):
         scene = make_scene(seed, "intersection")
         (branch,) = scene.route_branches
-        if branch.command == "straight":
-            continue
-        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1))])
-        words = [navigation_command(scene, xy) for xy in scene.route_map]
-        commanded = arc[[w == branch.command for w in words]]
-        # from 50 m before the junction to the end of the turning lane, nowhere else
-        assert commanded.min() == pytest.approx(max(branch.node_arc_m - 50.0, 0.0), abs=2.5)
-        assert commanded.max() == pytest.approx(branch.end_arc_m, abs=2.5)
-        assert set(words) == {"straight", branch.command}
-        return
+        if branch.command != "straight":
+            steps_m = np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1)
+            return scene, branch, np.concatenate([[0.0], np.cumsum(steps_m)])
     raise AssertionError("no turning route in 40 intersection scenes")
+
+
+def test_a_turn_at_an_intersection_is_commanded_before_and_through_the_junction():
+    scene, branch, arc = _turning_intersection()
+    words = [navigation_command(scene, xy) for xy in scene.route_map]
+    commanded = arc[[w == branch.command for w in words]]
+    # from 50 m before the junction to the end of the turning lane, nowhere else
+    assert commanded.min() == pytest.approx(max(branch.node_arc_m - 50.0, 0.0), abs=2.5)
+    assert commanded.max() == pytest.approx(branch.end_arc_m, abs=2.5)
+    assert set(words) == {"straight", branch.command}
 
 
 def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the_turn():
     # The `branch_distance` rule says the same word as `branch` and how far along the route its branch is.
-    for seed in range(40):
-        scene = make_scene(seed, "intersection")
-        (branch,) = scene.route_branches
-        if branch.command == "straight":
-            continue
-        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(scene.route_map, axis=0), axis=1))])
-        for xy, arc_m in zip(scene.route_map, arc, strict=True):
-            word, distance = navigation(scene, xy, "branch_distance")
-            assert navigation(scene, xy, "branch") == (word, None)  # the same word, and no distance
-            if word == "straight":
-                assert distance is None
-            else:
-                assert distance == pytest.approx(max(branch.node_arc_m - arc_m, 0.0), abs=1e-6)
-                assert distance <= 50.0
-        return
-    raise AssertionError("no turning route in 40 intersection scenes")
+    scene, branch, arc = _turning_intersection()
+    for xy, arc_m in zip(scene.route_map, arc, strict=True):
+        word, distance = navigation(scene, xy, "branch_distance")
+        assert navigation(scene, xy, "branch") == (word, None)  # the same word, and no distance
+        if word == "straight":
+            assert distance is None
+        else:
+            assert distance == pytest.approx(max(branch.node_arc_m - arc_m, 0.0), abs=1e-6)
+            assert distance <= 50.0
 
 
 def test_an_unknown_command_rule_is_refused():
