@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as hf_smart_resize
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model import image as image_module
 from wamdiff2_ros.model.image import (
     MAX_PIXELS,
     MIN_PIXELS,
     QWEN3_VL_MEAN,
     QWEN3_VL_STD,
+    RESIZE_REDUCING_GAP,
     VisionInputs,
+    _resize_in_bands,
     prepare_image,
     prepare_image_tensor,
     smart_resize,
@@ -89,17 +96,26 @@ def _levels(vision: VisionInputs) -> torch.Tensor:
 
 @pytest.mark.parametrize("make_image", [_noise, _gradient], ids=["noise", "gradient"])
 @pytest.mark.parametrize("source_hw", [(448, 800), (128, 160)], ids=["448x800", "128x160"])
-def test_tensor_path_patchifies_as_the_image_processor(make_image, source_hw):
-    # Already on the 32 px grid within the budget: neither path resizes, so the values must be bit-equal.
+def test_both_paths_patchify_as_the_image_processor(make_image, source_hw):
+    # Already on the 32 px grid within the budget: neither path resizes, so the values must be bit-equal to
+    # transformers' processor (its resize off, Qwen3-VL's mean and std).
     assert smart_resize(*source_hw) == source_hw
     image = make_image(*source_hw)
-    expected = prepare_image(image, exact=True)
-    vision = prepare_image_tensor(torch.from_numpy(image))
-    assert vision.pixel_values.dtype == torch.float32
-    assert torch.equal(vision.pixel_values, expected.pixel_values)
-    assert vision.image_grid_thw.dtype == torch.int64 and vision.image_grid_thw.device.type == "cpu"
-    assert torch.equal(vision.image_grid_thw, expected.image_grid_thw)
-    assert vision.resized_hw_px == expected.resized_hw_px == source_hw
+    processor = Qwen2VLImageProcessorPil(
+        do_resize=False,
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=list(QWEN3_VL_MEAN),
+        image_std=list(QWEN3_VL_STD),
+    )
+    expected = processor(images=[Image.fromarray(image)], return_tensors="pt")
+    for vision in (prepare_image(image, exact=True), prepare_image_tensor(torch.from_numpy(image))):
+        assert vision.pixel_values.dtype == torch.float32
+        assert torch.equal(vision.pixel_values, expected["pixel_values"])
+        assert vision.image_grid_thw.dtype == torch.int64 and vision.image_grid_thw.device.type == "cpu"
+        assert torch.equal(vision.image_grid_thw, expected["image_grid_thw"])
+        assert vision.resized_hw_px == source_hw
 
 
 @pytest.mark.parametrize("make_image", [_noise, _gradient], ids=["noise", "gradient"])
@@ -159,6 +175,40 @@ def test_reduce_first_resize_stays_within_a_few_levels_of_the_one_step_resize(ma
     apart = (_levels(fast) - _levels(exact)).abs().float()
     assert 0 < float(apart.max()) <= REDUCED_MAX_LEVELS_APART  # the reduce did run
     assert float(apart.mean()) <= REDUCED_MEAN_LEVELS_APART
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["reduce-first", "one-step"])
+@pytest.mark.parametrize("max_pixels", [SMALL_MAX_PIXELS, 36_864, 200_704, MAX_PIXELS])
+@pytest.mark.parametrize(
+    "source_hw",
+    [(1080, 1920), (720, 1280), (360, 640), (480, 640), (333, 517), (517, 333), (1081, 1921), (96, 128)],
+    ids=lambda hw: f"{hw[1]}x{hw[0]}",
+)
+def test_the_banded_resize_is_pils_resize_to_the_bit(source_hw, max_pixels, exact):
+    # OpenCV's 2x box reduce and the two halves resized apart must not move a level: the bundled model was
+    # trained on PIL's resize (and on the portrait and upscaled cases Pillow's order forbids the halves).
+    frame = _noise(*source_hw)
+    height_px, width_px = smart_resize(*source_hw, max_pixels=max_pixels)
+    expected = Image.fromarray(frame).resize(
+        (width_px, height_px), Image.Resampling.BICUBIC, reducing_gap=None if exact else RESIZE_REDUCING_GAP
+    )
+    resized = _resize_in_bands(frame, height_px, width_px, exact=exact)
+    assert np.array_equal(np.asarray(resized), np.asarray(expected))
+
+
+def test_a_camera_frame_to_the_bundled_budget_is_resized_in_two_halves(monkeypatch):
+    submitted = []
+
+    class Inline:
+        def submit(self, function, *args):
+            submitted.append(args)
+            future = Future()
+            future.set_result(function(*args))
+            return future
+
+    monkeypatch.setattr(image_module, "_band_worker", Inline)
+    prepare_image(_noise(1080, 1920), max_pixels=36_864)
+    assert len(submitted) == 1  # the bottom half; the top one on the calling thread
 
 
 @pytest.mark.parametrize(
