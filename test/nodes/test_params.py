@@ -17,7 +17,9 @@ from wamdiff2_ros.nodes.params import (
     SCORER_PARAMS,
     Param,
     allowed_values,
+    decode_config,
     image_size_hw,
+    node_defaults,
     read_parameter_file,
     render_node_yaml,
     render_parameter_file,
@@ -113,6 +115,15 @@ def test_decoder_parameters_take_decode_config_defaults_unless_the_node_differs_
     differ = {"decoder.steps": PLAN_STEPS, "decoder.backend": "sdpa", "decoder.grammar": True}
     assert {name: PLANNER[name].default for name in differ} == differ
     assert PLANNER["decoder.backend"].choices == (*BACKENDS, "auto")
+
+
+def test_the_node_defaults_decode_k_candidates_on_the_fast_path_under_the_grammar() -> None:
+    config = decode_config(node_defaults())
+    assert (config.block_size, config.steps, config.candidates) == (32, PLAN_STEPS, 4)
+    assert config.temperature == 0.7
+    assert config.greedy_first and config.grammar and config.backend == "sdpa" and not config.cuda_graphs
+    one = decode_config(node_defaults() | {"candidates.count": 1})
+    assert (one.candidates, one.temperature, one.greedy_first) == (1, 0.0, False)  # one greedy answer
 
 
 @pytest.mark.parametrize("preset", ["carla.yaml", "gpu.yaml"])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding.attention import resolve_backend
 from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, PROMPT_ATTENTIONS, WEIGHT_FORMATS, DecodeConfig
 from wamdiff2_ros.eval.scoring import SELECTIONS
 
@@ -338,6 +339,35 @@ PARAMETER_FILE_HEADER = (
 )
 YAML_WIDTH = 110  # the repository's line length (ruff.toml)
 NBSP = "\u00a0"  # a space textwrap does not break at (allowed values stay on one comment line)
+
+
+def decode_config(p: dict[str, Any]) -> DecodeConfig:
+    """The decode settings a planner node with parameter values ``p`` plans with (``node_defaults()``: the
+    deployment defaults)."""
+    count = p["candidates.count"]
+    return DecodeConfig(
+        block_size=p["decoder.block_size"],
+        steps=p["decoder.steps"],
+        commit_rule=p["decoder.commit_rule"],
+        threshold=p["decoder.threshold"],
+        max_new_tokens=p["decoder.max_new_tokens"],
+        grammar=p["decoder.grammar"],
+        max_step_m=p["decoder.max_step_m"],
+        candidates=count,
+        temperature=p["candidates.temperature"] if count > 1 else 0.0,
+        greedy_first=count > 1,
+        seed=p["candidates.seed"],
+        backend=resolve_backend(p["decoder.backend"], p["model.device"], p["model.dtype"]),
+        cuda_graphs=p["decoder.cuda_graphs"],
+        compile=p["decoder.compile"],
+        weights=p["decoder.weights"],
+        prompt_attention=p["decoder.prompt_attention"],
+    )
+
+
+def node_defaults(node: str = "planner") -> dict[str, Any]:
+    """Every parameter of a node at its table's default (config/planner.yaml's values)."""
+    return {param.name: param.default for param in NODES[node][1]}
 
 
 def yaml_scalar(value: Any) -> str:

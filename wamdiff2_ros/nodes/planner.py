@@ -42,7 +42,6 @@ from sensor_msgs.msg import CompressedImage, Image, Imu
 from std_msgs.msg import Float64, Header
 from visualization_msgs.msg import MarkerArray
 
-from wamdiff2_ros.decoding.attention import resolve_backend
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
@@ -70,7 +69,7 @@ from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.fallback import advance_plan, stop_trajectory
 from wamdiff2_ros.nodes.markers import draw_boxes, trajectory_markers
-from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare, image_size_hw
+from wamdiff2_ros.nodes.params import PLANNER_PARAMS, declare, decode_config, image_size_hw
 from wamdiff2_ros.nodes.sync import ApproximateSync, Match
 from wamdiff2_ros.nodes.worker import LatestInputWorker
 
@@ -184,26 +183,7 @@ class PlannerNode(Node):
     # --- model ---------------------------------------------------------------------------------------
 
     def decode_config(self) -> DecodeConfig:
-        p = self.params
-        count = p["candidates.count"]
-        return DecodeConfig(
-            block_size=p["decoder.block_size"],
-            steps=p["decoder.steps"],
-            commit_rule=p["decoder.commit_rule"],
-            threshold=p["decoder.threshold"],
-            max_new_tokens=p["decoder.max_new_tokens"],
-            grammar=p["decoder.grammar"],
-            max_step_m=p["decoder.max_step_m"],
-            candidates=count,
-            temperature=p["candidates.temperature"] if count > 1 else 0.0,
-            greedy_first=count > 1,
-            seed=p["candidates.seed"],
-            backend=resolve_backend(p["decoder.backend"], p["model.device"], p["model.dtype"]),
-            cuda_graphs=p["decoder.cuda_graphs"],
-            compile=p["decoder.compile"],
-            weights=p["decoder.weights"],
-            prompt_attention=p["decoder.prompt_attention"],
-        )
+        return decode_config(self.params)
 
     def _load_model(self) -> None:
         p = self.params
