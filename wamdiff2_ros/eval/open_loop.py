@@ -128,7 +128,7 @@ def evaluate_open_loop(data_dir: Path, planners: dict[str, dict[str, np.ndarray]
     }
 
 
-def _answers(path: Path) -> dict[str, str]:
+def read_answers(path: Path) -> dict[str, str]:
     """Sample id -> answer text from reference-format records (the last turn is the answer)."""
     records = json.loads(Path(path).read_text())
     if not isinstance(records, list):
@@ -154,7 +154,7 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
     truth = load_truth(data_dir)
     camera = load_camera(data_dir)
     k = camera.intrinsics
-    answers = _answers(predictions_path)
+    answers = read_answers(predictions_path)
     predicted, unparsed, rejected = {}, 0, 0
     for key, text in answers.items():
         if key not in truth:
@@ -175,8 +175,8 @@ def score_qa(data_dir: Path, predictions_path: Path) -> dict:
     answer counts as wrong."""
     from wamdiff2_ros.eval.qa import exact_match
 
-    expected = _answers(Path(data_dir) / "qa.json")
-    answers = _answers(predictions_path)
+    expected = read_answers(Path(data_dir) / "qa.json")
+    answers = read_answers(predictions_path)
     keys = sorted(expected)
     return {
         "exact_match": exact_match([answers.get(k, "") for k in keys], [expected[k] for k in keys]),
