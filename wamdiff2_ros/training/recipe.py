@@ -130,14 +130,15 @@ def load_recipe(path: str | Path) -> Recipe:
             raise InputError(f"{path}: every step needs a unique name, got {name!r}")
         if kind not in KINDS:
             raise InputError(f"{path}: step {name!r} has kind {kind!r}, not one of {KINDS}")
-        for other in _references(step):
+        for other in references(step):
             if other not in seen:
                 raise InputError(f"{path}: step {name!r} refers to {other!r}, which is not an earlier step")
         seen.append(name)
     return Recipe(path, Path(raw["run_dir"]), raw.get("device", "cpu"), raw.get("training", {}), raw["steps"])
 
 
-def _references(step: dict[str, Any]) -> list[str]:
+def references(step: dict[str, Any]) -> list[str]:
+    """The names of the earlier steps ``step`` reads (its model, data, teacher, ...)."""
     return [step[key] for key in REFERENCES if key in step] + [
         *step.get("vocab_from", []),
         *step.get("from", []),
@@ -153,14 +154,14 @@ def carried_outputs(recipe: Recipe, outputs: dict[str, str]) -> list[str]:
     they refer to, directly or through a data step (data is not carried, it is remade where it is missing:
     a merge from its sources, DAgger rollouts from the model that drove them, scenes from their seeds)."""
     steps = {step["name"]: step for step in recipe.steps}
-    wanted = [ref for step in recipe.steps if step["name"] not in outputs for ref in _references(step)]
+    wanted = [ref for step in recipe.steps if step["name"] not in outputs for ref in references(step)]
     carried: list[str] = []
     while wanted:
         name = wanted.pop()
         if name not in outputs or outputs[name] in carried:
             continue  # unfinished: it will be made, from references counted where it is a step itself
         if steps[name]["kind"] in DATA_KINDS:
-            wanted += _references(steps[name])
+            wanted += references(steps[name])
         else:
             carried.append(outputs[name])
     return sorted(carried)
@@ -286,7 +287,7 @@ def _changed_steps(recipe: Recipe, previous: dict[str, Any]) -> list[str]:
         if (
             (known and before[step["name"]] != definition(step))
             or (known and step["kind"] == "train" and training_changed)
-            or any(ref in changed for ref in _references(step))
+            or any(ref in changed for ref in references(step))
         ):
             changed.append(step["name"])
     return changed
@@ -298,14 +299,14 @@ def _missing_inputs(recipe: Recipe, outputs: dict[str, str], until: str | None) 
     steps = {step["name"]: step for step in recipe.steps}
     last = recipe.names.index(until) if until else len(recipe.steps) - 1
     wanted = [
-        ref for step in recipe.steps[: last + 1] if step["name"] not in outputs for ref in _references(step)
+        ref for step in recipe.steps[: last + 1] if step["name"] not in outputs for ref in references(step)
     ]
     remake: set[str] = set()
     while wanted:
         name = wanted.pop()
         if name in outputs and name not in remake and not Path(outputs[name]).exists():
             remake.add(name)
-            wanted += _references(steps[name])
+            wanted += references(steps[name])
     return remake
 
 
