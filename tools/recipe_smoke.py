@@ -2,8 +2,8 @@
 
 A GPU job that stops at a step's error (a reference to a missing output, data of two command rules in one
 merge, a key a step does not take) costs a device call. This runs the same steps in the same order through
-the same code, each shrunk to seconds: data and rollout steps 12 samples on 2 processes, training 2 steps
-of 8, evaluations 4 samples, closed loops 1 episode. The steps run are ``--until``'s and every step it
+the same code, each shrunk to seconds: data and rollout steps 12 samples on 2 processes (300 where a
+vocabulary is cut from them), training 2 steps of 8, evaluations 4 samples, closed loops 1 episode. The steps run are ``--until``'s and every step it
 reads (with ``--after``: every step between the two as well, as a real run to ``--until`` from a run
 folder finished through ``--after`` would run them), back to the ``--given`` ones, whose outputs
 (finished steps of a real run folder) are used as they are and never run. A ``bundle`` step is never run
@@ -33,6 +33,7 @@ SHRINK = {  # by step kind: keys set over the step's own
     "evaluate": {"samples": 4},
     "closed_loop": {"episodes": 1, "workers": 1},
 }
+VOCABULARY_SAMPLES = 300  # a data step a vocabulary is cut from: enough to hold every answer word
 TRAIN_SHRINK = {"max_steps": 2, "max_phase_s": 0, "global_batch_size": 8, "local_batch_size": 8}
 TRAINING_SHRINK = {"num_workers": 1, "heldout_every_steps": 0, "autocast_bf16": False}
 
@@ -66,11 +67,16 @@ def smoke_recipe(recipe_path: str, out: Path, after: str | None, until: str, giv
     recipe = load_recipe(recipe_path)
     steps = {step["name"]: step for step in recipe.steps}
     names = chain(steps, targets(recipe.names, after, until), set(given))
+    # A reduced vocabulary keeps the ids of its data steps' texts: at 12 samples a rare answer ("yes" of a
+    # question) can be missing from them and present in a later step's data, which then fails to train.
+    vocabulary_data = {ref for name in names for ref in steps[name].get("vocab_from", [])}
     shrunk = []
     for name in given:  # stand-ins that are never run (finished in the state): kept only to be referred to
         shrunk.append({"name": name, "kind": "init"})
     for name in names:
         step = {**steps[name], **SHRINK.get(steps[name]["kind"], {})}
+        if name in vocabulary_data:
+            step["samples"] = VOCABULARY_SAMPLES
         if step["kind"] == "bundle":
             raise SystemExit(f"step {name!r} is a bundle: stop before it (--until)")
         if step["kind"] == "train":
