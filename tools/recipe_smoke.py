@@ -3,11 +3,11 @@
 A GPU job that stops at a step's error (a reference to a missing output, data of two command rules in one
 merge, a key a step does not take) costs a device call. This runs the same steps in the same order through
 the same code, each shrunk to seconds: data and rollout steps 12 samples on 2 processes (300 where a
-vocabulary is cut from them), training 2 steps of 8, evaluations 4 samples, closed loops 1 episode. The steps run are ``--until``'s and every step it
-reads (with ``--after``: every step between the two as well, as a real run to ``--until`` from a run
-folder finished through ``--after`` would run them), back to the ``--given`` ones, whose outputs
-(finished steps of a real run folder) are used as they are and never run. A ``bundle`` step is never run
-(it would write into ``models/default``).
+vocabulary is cut from them), training 2 steps of 8, evaluations 4 samples, closed loops 1 episode. The
+steps run are ``--until``'s and every step it reads (with ``--after``: every step between the two as well,
+as a real run to ``--until`` from a run folder finished through ``--after`` would run them), back to the
+``--given`` ones, whose outputs (finished steps of a real run folder) are used as they are and never run.
+A ``bundle`` step is never run (it would write into ``models/default``).
 
 Usage:
     python3 tools/recipe_smoke.py RECIPE OUT_DIR --until STEP [--after STEP] [--given NAME=PATH ...]
