@@ -193,7 +193,7 @@ def test_the_banded_resize_is_pils_resize_to_the_bit(source_hw, max_pixels, exac
         (width_px, height_px), Image.Resampling.BICUBIC, reducing_gap=None if exact else RESIZE_REDUCING_GAP
     )
     resized = _resize_in_bands(frame, height_px, width_px, exact=exact)
-    assert np.array_equal(np.asarray(resized), np.asarray(expected))
+    assert resized.flags.writeable and np.array_equal(resized, np.asarray(expected))
 
 
 def test_a_camera_frame_to_the_bundled_budget_is_resized_in_two_halves(monkeypatch):

@@ -9,8 +9,8 @@ box-reduced by an integer factor in PIL's own two-step resize (``reducing_gap``)
 the one-step resize; ``exact=True`` keeps the one-step resize, the twin. The simulator's 640x360 renders
 shrink by 5x or less, so they never take the reduce. Both resizes run as ``_resize_in_bands`` (OpenCV's
 2x box reduce, the output's halves on two threads), equal to PIL's own call to the bit: on the 2-core
-machine a 1920x1080 frame becomes the bundled model's inputs in ~3.9 ms (one PIL call and the processor:
-~7-9 ms; the one-step resize ~9-10).
+machine a 1920x1080 frame becomes the bundled model's inputs in ~3.3 ms (one PIL call and the processor:
+7.7 ms; the one-step resize ~9).
 
 ``prepare_image_tensor`` does the same in torch ops on the frame's device, so a camera frame uploaded once is
 resized, normalised and patchified there: PIL's two-pass resize is torch's antialiased bicubic one axis at a
@@ -148,8 +148,8 @@ def prepare_image(
     height_px, width_px = smart_resize(
         array.shape[0], array.shape[1], min_pixels=min_pixels, max_pixels=max_pixels
     )
-    resized = np.asarray(_resize_in_bands(array, height_px, width_px, exact=exact))
-    return _normalised_patches(torch.from_numpy(resized.copy()).permute(2, 0, 1))
+    resized = _resize_in_bands(array, height_px, width_px, exact=exact)
+    return _normalised_patches(torch.from_numpy(resized).permute(2, 0, 1))
 
 
 def _reduce_factors(in_hw: tuple[int, int], out_hw: tuple[int, int]) -> tuple[int, int]:
@@ -171,8 +171,9 @@ def _pil_height_first(in_hw: tuple[int, int], out_hw: tuple[int, int]) -> bool:
     )
 
 
-def _resize_in_bands(array: np.ndarray, height_px: int, width_px: int, *, exact: bool) -> Image.Image:
-    """``Image.fromarray(array).resize((width, height), BICUBIC, reducing_gap)``, equal to the bit, faster.
+def _resize_in_bands(array: np.ndarray, height_px: int, width_px: int, *, exact: bool) -> np.ndarray:
+    """``Image.fromarray(array).resize((width, height), BICUBIC, reducing_gap)`` as a new (H, W, 3) uint8
+    array, equal to the bit, faster.
 
     A frame shrunk by 2 on both axes (1920x1080 to the bundled model's 256x128) is box-reduced by OpenCV
     (0.3 ms on the 2-core machine against PIL's 1.8, the same values: PIL's (sum + 2) >> 2), which also skips
@@ -186,25 +187,25 @@ def _resize_in_bands(array: np.ndarray, height_px: int, width_px: int, *, exact:
     if (factor_x, factor_y) == (2, 2) and in_height_px % 2 == 0 and in_width_px % 2 == 0:
         array = cv2.resize(array, (in_width_px // 2, in_height_px // 2), interpolation=cv2.INTER_AREA)
         factor_x = factor_y = 1
+    if array.shape[:2] == (height_px, width_px):
+        return np.array(array)
     image = Image.fromarray(array)
     if factor_x > 1 or factor_y > 1:
-        return image.resize((width_px, height_px), Image.Resampling.BICUBIC, reducing_gap=RESIZE_REDUCING_GAP)
-    if image.size == (width_px, height_px):
-        return image
+        reduced_first = image.resize(
+            (width_px, height_px), Image.Resampling.BICUBIC, reducing_gap=RESIZE_REDUCING_GAP
+        )
+        return np.array(reduced_first)
     box_width, box_height = image.size
     half_px, middle = height_px // 2, box_height / 2  # box_height * (1/2): exact in floating point
     # Pillow picks the order from the image's height and the output's, not the box's: a half's output can
     # tip it to height-first where the whole stays width-first.
     if height_px % 2 or any(_pil_height_first(image.size[::-1], (h, width_px)) for h in (height_px, half_px)):
-        return image.resize((width_px, height_px), Image.Resampling.BICUBIC)
+        return np.array(image.resize((width_px, height_px), Image.Resampling.BICUBIC))
     bottom = _band_worker().submit(
         image.resize, (width_px, half_px), Image.Resampling.BICUBIC, (0, middle, box_width, box_height)
     )
     top = image.resize((width_px, half_px), Image.Resampling.BICUBIC, (0, 0, box_width, middle))
-    whole = Image.new("RGB", (width_px, height_px))
-    whole.paste(top, (0, 0))
-    whole.paste(bottom.result(), (0, half_px))
-    return whole
+    return np.concatenate([np.asarray(top), np.asarray(bottom.result())])
 
 
 @functools.cache
