@@ -75,7 +75,7 @@ def smoke_recipe(recipe_path: str, out: Path, after: str | None, until: str, giv
         shrunk.append({"name": name, "kind": "init"})
     for name in names:
         step = {**steps[name], **SHRINK.get(steps[name]["kind"], {})}
-        if name in vocabulary_data:
+        if name in vocabulary_data and "samples" in step:
             step["samples"] = VOCABULARY_SAMPLES
         if step["kind"] == "bundle":
             raise SystemExit(f"step {name!r} is a bundle: stop before it (--until)")
