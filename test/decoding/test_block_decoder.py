@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,6 +36,8 @@ def test_block_size_1_matches_ar_token_for_token(tiny_model, tokenizer, planning
     ar = _decode(tiny_model, tokenizer, planning_prompt, grammar, decoder="ar", block_size=1, **settings)
     assert [c.token_ids for c in block.candidates] == [c.token_ids for c in ar.candidates]
     assert len(block.token_ids) > 0
+    for candidate, twin in zip(block.candidates, ar.candidates, strict=True):
+        np.testing.assert_allclose(candidate.token_probabilities, twin.token_probabilities, rtol=1e-5)
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -84,8 +87,10 @@ def test_answer_is_cut_at_max_new_tokens(tiny_model, tokenizer, planning_prompt,
 def test_result_is_cut_before_the_first_eos(tokenizer):
     answer = torch.tensor([[16, 17, EOS_ID, 18, EOS_ID, 19]])
     config = DecodeConfig(max_new_tokens=6)
-    result = finish_result(tokenizer, answer, config, EOS_ID, 1, [1], 10, 0.0, 0.0)
+    probabilities = torch.tensor([[0.5, 0.25, 1.0, 0.1, 1.0, 0.2]])
+    result = finish_result(tokenizer, answer, probabilities, config, EOS_ID, 1, [1], 10, 0.0, 0.0)
     assert result.token_ids == (16, 17) and result.text == "12" and result.candidates[0].stopped
+    assert result.candidates[0].token_probabilities == (0.5, 0.25)
 
 
 def test_decoding_stops_after_the_block_holding_eos(tiny_model, tokenizer, planning_prompt, grammar):

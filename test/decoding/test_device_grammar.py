@@ -14,9 +14,10 @@ from interpreted import run_interpreted
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
+from wamdiff2_ros.decoding.device_loop import block_end
 from wamdiff2_ros.decoding.engine import detection_grammar, planning_grammar
 from wamdiff2_ros.decoding.step import BlockBudget, _repair, fill_leftovers
-from wamdiff2_ros.model.tokenizer import MASK_ID
+from wamdiff2_ros.model.tokenizer import EOS_ID, MASK_ID
 
 ROWS, SIZE = 3, 16
 
@@ -61,7 +62,7 @@ def _streams(host, seed: int, limit: int, tokens_after: int):
                 commit[k] = _repair(commit[k], x0[k], tokens[k], masked[k], score[k], host, states[k], budget)
             tokens = torch.where(commit, x0, tokens)
             masked = masked & ~commit
-        tokens = fill_leftovers(logits, x0, tokens, masked, host, budget)
+        tokens, _ = fill_leftovers(logits, x0, torch.ones(x0.shape), tokens, masked, host, budget)
         states = [host.advance(states[k], tokens[k].tolist()) for k in range(ROWS)]
         if any(s is None or s == host.done_state for s in states):
             return
@@ -102,9 +103,28 @@ def test_allowed_feasible_accept_and_fill_equal_the_host(grammars, limit, tokens
             )
             accept = device.accept(commit, score, x0, tokens, masked, state_tensor, limit, tokens_after)
             assert torch.equal(accept, host_accept)
-            host_fill = fill_leftovers(logits, x0, tokens, masked, host, budget)
+            x0_probability = torch.softmax(logits, -1).amax(-1)  # x0 is each position's argmax
+            host_fill, host_probability = fill_leftovers(
+                logits, x0, x0_probability, tokens, masked, host, budget
+            )
             assert torch.equal(
                 device.fill(logits, x0, tokens, masked, state_tensor, limit, tokens_after), host_fill
+            )
+            _, probability, _, _ = block_end(
+                device,
+                logits,
+                x0,
+                x0_probability,
+                tokens,
+                masked,
+                torch.ones(ROWS, SIZE),
+                (state_tensor, torch.tensor(limit), torch.tensor(tokens_after)),
+                torch.zeros(ROWS, dtype=torch.bool),
+                EOS_ID,
+            )
+            # (NaN where a random stream leaves a position nothing allowed: both sides agree there too)
+            torch.testing.assert_close(
+                probability, torch.where(masked, host_probability, 1.0), equal_nan=True
             )
             after = device.advance(state_tensor, host_fill)
             host_after = [host.advance(states[k], host_fill[k].tolist()) for k in range(ROWS)]

@@ -44,6 +44,13 @@ def test_device_loop_gives_the_host_loop_and_the_eager_tokens(
     for result in results.values():
         assert [c.token_ids for c in result.candidates] == [c.token_ids for c in eager.candidates]
         assert result.steps_per_block == eager.steps_per_block
+        for candidate, twin in zip(result.candidates, eager.candidates, strict=True):
+            np.testing.assert_allclose(candidate.token_probabilities, twin.token_probabilities, rtol=1e-4)
+    for candidate in eager.candidates:
+        probabilities = np.array(candidate.token_probabilities)
+        assert len(probabilities) == len(candidate.token_ids) and np.all(
+            (probabilities > 0) & (probabilities <= 1)
+        )
     if config.grammar:
         assert all(c.stopped for c in eager.candidates)
 
@@ -58,6 +65,9 @@ def test_device_loop_detection_with_its_grammar(tiny_model, tokenizer, front_ima
     fast = DecodeConfig(**{**config.__dict__, "backend": "sdpa"})
     device = FastDecoder(tiny_model, fast, prompt.length, device_loop=True).decode(tokenizer, prompt, grammar)
     assert [c.token_ids for c in device.candidates] == [c.token_ids for c in eager.candidates]
+    np.testing.assert_allclose(
+        device.candidates[0].token_probabilities, eager.candidates[0].token_probabilities, rtol=1e-4
+    )
 
 
 def test_greedy_first_keeps_row_zero_greedy(tiny_model, tokenizer, planning_prompt):

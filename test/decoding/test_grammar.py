@@ -160,7 +160,7 @@ def test_clashing_commits_keep_the_most_confident_consistent_tokens(grammar, tok
     config = DecodeConfig(block_size=8, grammar=True)
     logits = constrain(logits, tokens, masked, config, grammar, budget, MASK_ID)
     greedy = RowSampling.of(0.0, 0, 1, False)
-    tokens, masked, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, greedy, 0, None)
+    tokens, masked, _, _ = denoise_step(logits, tokens, masked, 0, config, grammar, budget, greedy, 0, None)
     assert tokens[0, 0] == tokenizer.convert_tokens_to_ids("-")
     assert masked[0, 1:].all()
 

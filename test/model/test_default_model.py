@@ -51,3 +51,16 @@ def test_default_model_plans_a_rendered_frame_in_blocks(default_planner: Planner
     assert 0.0 < waypoints[-1, 0] < 8 * 0.5 * speed * 1.5  # moving forward at a plausible pace
     answer_tokens = len(output.decode.candidates[0].token_ids)
     assert output.decode.forwards < answer_tokens / 2  # block diffusion: several tokens per forward
+
+
+def test_default_model_scores_the_boxes_it_finds(default_planner: Planner) -> None:
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.prompt import detection_user_text
+    from wamdiff2_ros.sim.render import render_front
+    from wamdiff2_ros.sim.scenes import make_scene
+
+    scene = make_scene(3)
+    image = render_front(Camera().scaled_to_width(640), scene.lanes, scene.snapshot()).image_rgb
+    output = default_planner.detect(image, detection_user_text(), max_new_tokens=160)
+    assert len(output.labels) > 0 and len(output.scores) == len(output.labels)
+    assert all(0 < s < 1 for s in output.scores)  # the model's confidence, not the unscored 1.0

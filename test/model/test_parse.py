@@ -9,6 +9,7 @@ from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.parse import (
     Detection,
     boxes_to_source_px,
+    grounding_item_scores,
     parse_detections,
     parse_qa,
     parse_waypoints,
@@ -125,3 +126,36 @@ def test_salvage_keeps_the_well_formed_items_and_names_the_rest(text, labels, pr
         assert problems == [] and detections == parse_detections(text)
     else:
         assert len(problems) == 1 and problem in problems[0]
+
+
+# Two items, cut as the Qwen tokenizer cuts them: the tokens that open each item and its four leading digits.
+PIECES = ["[", '{"', "bbox", "_", "2", "d", '":', " [", "9", "3", ",", " ", "4", ",", " ", "9", "9", ",",
+          " ", "5", "],", ' "', "label", '":', ' "', "car", '"},', ' {"', "bbox", "_", "2", "d", '":', " [",
+          "1", ",", " ", "2", ",", " ", "7", ",", " ", "8", "],", ' "', "label", '":', ' "', "car", '"}',
+          "]"]  # fmt: skip
+TEXT = "".join(PIECES)
+
+
+def test_an_item_scores_its_opening_times_its_leading_digits():
+    probabilities = [1.0] * len(PIECES)
+    probabilities[1] = 0.8  # '{"': the first item opens
+    probabilities[4] = 0.1  # the "2" of bbox_2d is no coordinate
+    probabilities[8], probabilities[9] = 0.5, 0.2  # 93: its leading digit counts, the next does not
+    probabilities[26] = 0.6  # '"},': the first item closes and the answer goes on to a second
+    probabilities[34] = 0.4  # the second box's "1"
+    first, second = grounding_item_scores(TEXT, PIECES, probabilities)
+    assert first == pytest.approx(0.8 * (0.5 + 1 + 1 + 1) / 4)
+    assert second == pytest.approx(0.6 * (0.4 + 1 + 1 + 1) / 4)
+
+
+def test_item_scores_need_pieces_that_spell_the_answer():
+    assert grounding_item_scores(TEXT, PIECES[:-1], [1.0] * (len(PIECES) - 1)) is None
+    assert grounding_item_scores(TEXT, PIECES, [1.0] * 3) is None
+
+
+def test_salvage_gives_each_kept_item_its_own_score():
+    swapped = TEXT.replace("[1, 2, 7, 8]", "[7, 2, 1, 8]")  # the second item's corners swapped: dropped
+    for text, expected in ((TEXT, [0.9, 0.3]), (swapped, [0.9])):
+        detections, _ = salvage_detections(text, [0.9, 0.3])
+        assert [d.score for d in detections] == expected
+    assert [d.score for d in salvage_detections(TEXT, [0.5])[0]] == [1.0, 1.0]  # not one per item: unscored

@@ -49,6 +49,7 @@ def decode_ar(
     sampling = RowSampling.of(config.temperature, config.seed, rows, config.greedy_first)
     schedule = step_schedule(config)
     answer = torch.full((rows, config.max_new_tokens), ids.eos, dtype=torch.int64)
+    probabilities = torch.ones(answer.shape, dtype=torch.float32)
     finished = torch.zeros(rows, dtype=torch.bool)
     states = [grammar.start_state] * rows if grammar is not None else None
     mask_slot = torch.full((rows, 1), ids.mask, dtype=torch.int64)
@@ -63,10 +64,11 @@ def decode_ar(
         tokens = torch.where(finished[:, None], ids.eos, ids.mask)
         masked = ~finished[:, None]
         logits = constrain(logits, tokens, masked, config, grammar, budget, ids.mask)
-        tokens, _, _ = denoise_step(
+        tokens, _, _, probability = denoise_step(
             logits, tokens, masked, 0, config, grammar, budget, sampling, index, schedule
         )
         answer[:, index] = tokens[:, 0]
+        probabilities[:, index] = probability[:, 0]
         if states is not None:
             states = [
                 grammar.done_state if bool(finished[k]) else grammar.advance(states[k], [int(tokens[k, 0])])
@@ -76,4 +78,6 @@ def decode_ar(
         if bool(finished.all()):
             break
     steps = [1] * forwards
-    return finish_result(tokenizer, answer, config, ids.eos, forwards, steps, prompt.length, 0.0, started)
+    return finish_result(
+        tokenizer, answer, probabilities, config, ids.eos, forwards, steps, prompt.length, 0.0, started
+    )

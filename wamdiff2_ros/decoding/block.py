@@ -52,6 +52,10 @@ class Steps(Protocol):
     def end_block(self) -> torch.Tensor:
         """Fill what is still masked, advance the grammar; (K, B) the block's final tokens."""
 
+    def block_probabilities(self) -> torch.Tensor:
+        """After ``end_block``: (K, B) float32, the probability each of the block's tokens had under the
+        constrained logits of the step that committed it (or that filled it at the block's end)."""
+
     def steps_taken(self) -> int | torch.Tensor:
         """Steps of this block in which some row still had a mask."""
 
@@ -95,6 +99,7 @@ def run_blocks(
     answer = torch.full(
         (config.candidates, num_blocks * size), ids.eos, dtype=torch.int64, device=steps.device
     )
+    probabilities = torch.ones(answer.shape, dtype=torch.float32, device=steps.device)
     steps.start(config.seed)
     steps_per_block = []
     for block_index in range(num_blocks):
@@ -109,6 +114,7 @@ def run_blocks(
         tokens = steps.end_block()
         steps_per_block.append(steps.steps_taken())
         answer[:, start : start + size] = tokens
+        probabilities[:, start : start + size] = steps.block_probabilities()
         if block_index == num_blocks - 1 or steps.all_finished():
             break  # no later block reads the cache: skip the write (the reference skips it once all finish)
         if config.cache_order == "fused":
@@ -118,6 +124,7 @@ def run_blocks(
     return finish_result(
         tokenizer,
         answer.cpu(),
+        probabilities.cpu(),
         config,
         ids.eos,
         cache.forwards,
@@ -170,6 +177,7 @@ class HostSteps:
             torch.where(self.finished[:, None], self.ids.eos, self.ids.mask).expand(rows, size).clone()
         )
         self.masked = ~self.finished[:, None].expand(rows, size).clone()
+        self.probability = torch.ones(rows, size, dtype=torch.float32, device=self.device)
         self.taken = 0
 
     def block_committed(self, step: int) -> bool:
@@ -186,7 +194,8 @@ class HostSteps:
             logits, self.tokens, self.masked, self.config, self.grammar, self.budget, self.ids.mask
         )
         schedule = None if count is None else [count]
-        self.tokens, self.masked, self.x0 = denoise_step(
+        before = self.masked
+        self.tokens, self.masked, self.x0, self.x0_probability = denoise_step(
             self.logits,
             self.tokens,
             self.masked,
@@ -198,13 +207,17 @@ class HostSteps:
             self.draws,
             schedule,
         )
+        self.probability = torch.where(before & ~self.masked, self.x0_probability, self.probability)
         self.taken += 1
         self.draws += 1
 
     def end_block(self) -> torch.Tensor:
         tokens = self.tokens
         if bool(self.masked.any()):
-            tokens = fill_leftovers(self.logits, self.x0, tokens, self.masked, self.grammar, self.budget)
+            tokens, filled = fill_leftovers(
+                self.logits, self.x0, self.x0_probability, tokens, self.masked, self.grammar, self.budget
+            )
+            self.probability = torch.where(self.masked, filled, self.probability)
         if self.states is not None:
             self.states = [
                 self.grammar.done_state
@@ -214,6 +227,9 @@ class HostSteps:
             ]
         self.finished |= (tokens == self.ids.eos).any(-1)
         return tokens
+
+    def block_probabilities(self) -> torch.Tensor:
+        return self.probability
 
     def steps_taken(self) -> int:
         return self.taken

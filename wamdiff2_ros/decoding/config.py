@@ -155,6 +155,9 @@ class Candidate:
     text: str
     stopped: bool  # True when <|im_end|> was produced within max_new_tokens
     seed: int
+    # Per token of token_ids: its probability under the constrained logits of the step that committed it
+    # (the model's, after the grammar, at temperature 1); () where a decoder does not report them.
+    token_probabilities: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ def step_tail(
     hidden: torch.Tensor,
     tokens: torch.Tensor,
     masked: torch.Tensor,
+    probability: torch.Tensor,
     config: DecodeConfig,
     grammar: DeviceGrammar | None,
     budget: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -49,6 +50,7 @@ def step_tail(
         hidden: (K, B, H) final hidden states of the block.
         tokens: (K, B) block tokens.
         masked: (K, B) bool, positions still masked.
+        probability: (K, B) float32, each committed token's probability (``block.Steps.block_probabilities``).
         config: decode settings (rule, threshold, mask suppression).
         grammar: the answer grammar's device tables, or None.
         budget: (states (K,), limit, tokens_after): automaton states before the block and where the block
@@ -59,9 +61,10 @@ def step_tail(
         count: tokens to commit this step (static, sequential rules), None for the dynamic rule.
 
     Returns:
-        (tokens, masked, x0, logits, counted, dead): the block after the step, this step's candidates and
-        constrained logits (K, B, C; None without a grammar), () int64 1 if some position was masked before
-        the step, and () bool True if the grammar left a masked position without any allowed token (a bug).
+        (tokens, masked, probability, x0, x0_probability, logits, counted, dead): the block and its tokens'
+        probabilities after the step, this step's candidates with their probabilities and its constrained
+        logits (K, B, C; None without a grammar), () int64 1 if some position was masked before the step,
+        and () bool True if the grammar left a masked position without any allowed token (a bug).
     """
     logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
     if grammar is None:
@@ -74,7 +77,7 @@ def step_tail(
         active = masked.any(-1)[:, None, None]  # a row with nothing masked is left as it is (host: skipped)
         logits = logits.masked_fill(active & ~allowed, float("-inf"))
         dead = (masked & ~allowed.any(-1)).any()
-    x0, confidence = sample_tokens(logits, sampling, draw)
+    x0, confidence, x0_probability = sample_tokens(logits, sampling, draw)
     if grammar is not None:
         x0 = grammar.token_ids[x0]  # column -> vocabulary id
     rule = commit_rules.get(config.commit_rule)
@@ -85,32 +88,48 @@ def step_tail(
     # Only the grammar's leftover fill reads the logits: without one, returning (K, B, 151,936) floats would
     # cost a write per step (and made Inductor 2.11 miscompile the argmax over a reduced head).
     kept = logits if grammar is not None else None
-    return torch.where(commit, x0, tokens), masked & ~commit, x0, kept, masked.any().long(), dead
+    return (
+        torch.where(commit, x0, tokens),
+        masked & ~commit,
+        torch.where(commit, x0_probability, probability),
+        x0,
+        x0_probability,
+        kept,
+        masked.any().long(),
+        dead,
+    )
 
 
 def block_end(
     grammar: DeviceGrammar | None,
     logits: torch.Tensor,
     x0: torch.Tensor,
+    x0_probability: torch.Tensor,
     tokens: torch.Tensor,
     masked: torch.Tensor,
+    probability: torch.Tensor,
     budget: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     finished: torch.Tensor,
     eos_id: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The end of a block, as a pure function: leftovers filled (``step.fill_leftovers``), the automaton
-    state after the block (finished rows stay DONE) and which rows have now finished.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The end of a block, as a pure function: leftovers filled (``step.fill_leftovers``) with their
+    probabilities under the last step's logits, the automaton state after the block (finished rows stay
+    DONE) and which rows have now finished.
 
     Returns:
-        (tokens (K, B), states (K,), finished (K,)).
+        (tokens (K, B), probability (K, B), states (K,), finished (K,)).
     """
     states, limit, tokens_after = budget
     if grammar is None:
         tokens = torch.where(masked, x0, tokens)
+        filled = x0_probability
     else:
         tokens = grammar.fill(logits, x0, tokens, masked, states, limit, tokens_after)
+        columns = grammar.columns(tokens).clamp_min(0)[..., None]
+        filled = torch.softmax(logits, dim=-1).gather(-1, columns).squeeze(-1)
         states = torch.where(finished, grammar.done_state, grammar.advance(states, tokens))
-    return tokens, states, finished | (tokens == eos_id).any(-1)
+    probability = torch.where(masked, filled, probability)
+    return tokens, probability, states, finished | (tokens == eos_id).any(-1)
 
 
 class DeviceSteps:
@@ -149,6 +168,8 @@ class DeviceSteps:
         zeros = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.tokens, self.masked = zeros(rows, size), zeros(rows, size, dtype=torch.bool)
         self.pending, self.x0 = zeros(rows, size), zeros(rows, size)
+        self.probability = zeros(rows, size, dtype=torch.float32)
+        self.x0_probability = zeros(rows, size, dtype=torch.float32)
         self.logits = zeros(rows, size, columns, dtype=torch.float32)
         self.steps, self.draw, self.dead = zeros(), zeros(), zeros(dtype=torch.bool)
         self.states, self.finished = zeros(rows), zeros(rows, dtype=torch.bool)
@@ -190,6 +211,7 @@ class DeviceSteps:
         rows, size = self.tokens.shape
         self.tokens.copy_(torch.where(self.finished[:, None], self.ids.eos, self.ids.mask).expand(rows, size))
         self.masked.copy_(~self.finished[:, None].expand(rows, size))
+        self.probability.fill_(1.0)
         self.steps.zero_()
         self.limit.fill_(limit)  # a kernel with the value as argument: no host sync
         self.tokens_after.fill_(tokens_after)
@@ -214,6 +236,9 @@ class DeviceSteps:
         self._run("end", self._end)
         return self.tokens
 
+    def block_probabilities(self) -> torch.Tensor:
+        return self.probability
+
     def steps_taken(self) -> torch.Tensor:
         return self.steps.clone()  # read at the end of the decode: no sync per block
 
@@ -237,11 +262,12 @@ class DeviceSteps:
             hidden = hidden[:, self.tokens.shape[1] :]
         else:
             hidden = self.cache.raw_forward(self.tokens)
-        tokens, masked, x0, logits, counted, dead = self.tail(
+        tokens, masked, probability, x0, x0_probability, logits, counted, dead = self.tail(
             self.cache.model,
             hidden,
             self.tokens,
             self.masked,
+            self.probability,
             self.config,
             self.grammar,
             self._budget(),
@@ -255,22 +281,27 @@ class DeviceSteps:
         self.dead.logical_or_(dead)
         self.tokens.copy_(tokens)
         self.masked.copy_(masked)
+        self.probability.copy_(probability)
         self.x0.copy_(x0)
+        self.x0_probability.copy_(x0_probability)
         if logits is not None:
             self.logits.copy_(logits)
 
     def _end(self) -> None:
-        tokens, states, finished = self.end(
+        tokens, probability, states, finished = self.end(
             self.grammar,
             self.logits,
             self.x0,
+            self.x0_probability,
             self.tokens,
             self.masked,
+            self.probability,
             self._budget(),
             self.finished,
             self.ids.eos,
         )
         self.tokens.copy_(tokens)
+        self.probability.copy_(probability)
         self.states.copy_(states)
         self.finished.copy_(finished)
 

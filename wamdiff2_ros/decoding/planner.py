@@ -19,6 +19,7 @@ from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.grammar import labels_in_prompt
+from wamdiff2_ros.decoding.result import grounding_scores
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
@@ -74,7 +75,8 @@ class DetectionOutput:
     """Boxes in pixels of the source image (x1, y1, x2, y2), their labels, the raw answer and its cost.
 
     ``parse_error`` says which items of the answer were rejected (malformed, or cut off by the token budget);
-    the boxes are the items that were well formed.
+    the boxes are the items that were well formed. ``scores`` are the model's confidence in each box
+    (``model.parse.grounding_item_scores``); empty: unscored.
     """
 
     boxes_px: np.ndarray  # (N, 4)
@@ -82,6 +84,7 @@ class DetectionOutput:
     text: str
     decode: DecodeResult
     parse_error: str = ""
+    scores: tuple[float, ...] = ()
 
 
 STAGES = ("preprocess", "vision", "prefill", "decode", "parse")
@@ -287,10 +290,12 @@ class Planner:
             answer_grammar = self._grammars.detection(labels or labels_in_prompt(user_text))
         result = self._decode(prompt, config, answer_grammar)
         height, width = image_rgb.shape[:2]
-        detections, problems = salvage_detections(result.text)
+        detections, problems = salvage_detections(
+            result.text, grounding_scores(self.loaded.tokenizer, result.candidates[0])
+        )
         boxes = boxes_to_source_px(detections, (width, height))
-        labels = tuple(d.label for d in detections)
-        return DetectionOutput(boxes, labels, result.text, result, "; ".join(problems))
+        labels, scores = tuple(d.label for d in detections), tuple(d.score for d in detections)
+        return DetectionOutput(boxes, labels, result.text, result, "; ".join(problems), scores)
 
     def _parse(self, text: str, seed: int) -> PlannedCandidate:
         try:

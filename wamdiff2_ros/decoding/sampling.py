@@ -85,12 +85,15 @@ def sample_tokens(
         draw: draw number (steps taken so far); every call with T > 0 reads B uniforms per row.
 
     Returns:
-        (x0 (K, B) int64, confidence (K, B) float32).
+        (x0 (K, B) int64, confidence (K, B) float32, probability (K, B) float32): confidence is x0's
+        probability under the distribution it was drawn from (the commit rules rank by it), probability its
+        probability under softmax(logits) (the model's, after the grammar: what the answer reports). At
+        temperature 0 the two are the same.
     """
     probs = torch.softmax(logits, dim=-1)
     confidence, x0 = probs.max(dim=-1)
     if sampling.greedy:
-        return x0, confidence
+        return x0, confidence, confidence
     sampled = sampling.temperatures > 0
     scale = torch.where(sampled, sampling.temperatures, 1.0)[:, None, None]
     tempered = torch.softmax(logits / scale, dim=-1)
@@ -101,5 +104,10 @@ def sample_tokens(
     drawn = torch.searchsorted(cdf, (uniform * cdf[..., -1]).unsqueeze(-1)).squeeze(-1)
     drawn = drawn.clamp_max(logits.shape[-1] - 1)
     drawn_confidence = tempered.gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
+    drawn_probability = probs.gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
     row = sampled[:, None]
-    return torch.where(row, drawn, x0), torch.where(row, drawn_confidence, confidence)
+    return (
+        torch.where(row, drawn, x0),
+        torch.where(row, drawn_confidence, confidence),
+        torch.where(row, drawn_probability, confidence),
+    )

@@ -128,9 +128,10 @@ def denoise_step(
         schedule: commit counts per step (static, sequential) or None (dynamic).
 
     Returns:
-        (tokens, masked, x0) after the commit; x0 (K, B) is this step's candidate tokens.
+        (tokens, masked, x0, probability) after the commit; x0 (K, B) is this step's candidate tokens and
+        probability (K, B) their probability under the constrained logits (``sample_tokens``).
     """
-    x0, confidence = sample_tokens(logits, sampling, draw)
+    x0, confidence, probability = sample_tokens(logits, sampling, draw)
     if grammar is not None:
         x0 = grammar.token_ids.to(x0.device)[x0]  # column index -> vocabulary id
     count = None if schedule is None else schedule[step]
@@ -142,17 +143,18 @@ def denoise_step(
             commit[row] = _repair(
                 commit[row], x0[row], tokens[row], masked[row], score[row], grammar, state, budget
             )
-    return torch.where(commit, x0, tokens), masked & ~commit, x0
+    return torch.where(commit, x0, tokens), masked & ~commit, x0, probability
 
 
 def fill_leftovers(
     logits: torch.Tensor,
     x0: torch.Tensor,
+    x0_probability: torch.Tensor,
     tokens: torch.Tensor,
     masked: torch.Tensor,
     grammar: TokenGrammar | None,
     budget: BlockBudget,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fill positions still masked at the step cap with the last step's x0 (reference :2500-2505).
 
     With a grammar, fills left to right and replaces an x0 that clashes with what is already committed by the
@@ -161,18 +163,21 @@ def fill_leftovers(
     Args:
         logits: (K, B, C) constrained logits of the last step (columns as in ``constrain``).
         x0: (K, B) last step's candidates.
+        x0_probability: (K, B) their probabilities (``denoise_step``).
         tokens: (K, B) block tokens.
         masked: (K, B) bool positions left.
         grammar: the answer grammar or None.
         budget: grammar states and budget.
 
     Returns:
-        (K, B) tokens with no masked position left.
+        (tokens, probability): (K, B) tokens with no masked position left, and at each filled position the
+        probability of its token under the last step's logits (elsewhere ``x0_probability``).
     """
     if grammar is None or budget.states is None:
-        return torch.where(masked, x0, tokens)
+        return torch.where(masked, x0, tokens), x0_probability
     tokens = tokens.clone()
     masked = masked.clone()
+    probability = x0_probability.clone()
     ids = grammar.token_ids.to(logits.device)
     for row, state in enumerate(budget.states):
         for position in masked[row].nonzero().squeeze(-1).tolist():
@@ -184,6 +189,8 @@ def fill_leftovers(
                 tokens[row, position] = x0[row, position]
             else:
                 scores = logits[row, position].masked_fill(~allowed[position], float("-inf"))
-                tokens[row, position] = ids[int(scores.argmax())]
+                best = int(scores.argmax())
+                tokens[row, position] = ids[best]
+                probability[row, position] = torch.softmax(logits[row, position], -1)[best]
             masked[row, position] = False
-    return tokens
+    return tokens, probability

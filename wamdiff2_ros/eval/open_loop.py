@@ -128,18 +128,32 @@ def evaluate_open_loop(data_dir: Path, planners: dict[str, dict[str, np.ndarray]
     }
 
 
-def read_answers(path: Path) -> dict[str, str]:
-    """Sample id -> answer text from reference-format records (the last turn is the answer)."""
+def _records(path: Path) -> list[dict]:
     records = json.loads(Path(path).read_text())
     if not isinstance(records, list):
         raise InputError(f"{path}: expected a list of reference-format records")
-    return {record["id"]: record["conversations"][-1]["value"] for record in records}
+    return records
+
+
+def read_answers(path: Path) -> dict[str, str]:
+    """Sample id -> answer text from reference-format records (the last turn is the answer)."""
+    return {record["id"]: record["conversations"][-1]["value"] for record in _records(path)}
+
+
+def read_item_scores(path: Path) -> dict[str, list[float]]:
+    """Sample id -> its detection answer's item scores, for the records that carry them
+    (``eval.predict.ITEM_SCORES``)."""
+    from wamdiff2_ros.eval.predict import ITEM_SCORES
+
+    return {r["id"]: r[ITEM_SCORES] for r in _records(path) if ITEM_SCORES in r}
 
 
 def score_detections(data_dir: Path, predictions_path: Path) -> dict:
     """Detection mAP of a model's answers (records like ``detection.json`` with the answers replaced).
 
-    Answers are Qwen3-VL grounding JSON on the 0..1000 scale; only their well-formed items count as boxes.
+    Answers are Qwen3-VL grounding JSON on the 0..1000 scale; only their well-formed items count as boxes,
+    ranked by their item scores where the records carry them (``eval predict`` writes them), else unranked
+    (every score 1.0, answer order).
 
     Returns:
         ``detection_map``'s report over the well-formed items of each answer (``salvage_detections``: what
@@ -154,16 +168,18 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
     truth = load_truth(data_dir)
     camera = load_camera(data_dir)
     k = camera.intrinsics
-    answers = read_answers(predictions_path)
+    answers, item_scores = read_answers(predictions_path), read_item_scores(predictions_path)
     predicted, unparsed, rejected = {}, 0, 0
     for key, text in answers.items():
         if key not in truth:
             continue
-        detections, problems = salvage_detections(text)  # the boxes the planner node would publish
+        # the boxes and scores the planner node would publish
+        detections, problems = salvage_detections(text, item_scores.get(key))
         unparsed += bool(problems)
         rejected += len(problems)
         boxes = boxes_to_source_px(detections, (k.width_px, k.height_px))
-        predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections))
+        scores = tuple(d.score for d in detections)
+        predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections), scores)
     expected = {key: ImageDetections(t.boxes_px, t.labels) for key, t in truth.items()}
     counts = {"unparsed": unparsed, "rejected_items": rejected, "missing": len(truth) - len(predicted)}
     by_distance = detection_map_by_distance(expected, predicted, camera)

@@ -20,9 +20,12 @@ from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneratio
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.decoding.fast import FastEngine
+from wamdiff2_ros.decoding.result import grounding_scores
 from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
+# The key of a detection answer's item scores in a predicted record (beside the reference format's keys).
+ITEM_SCORES = "answer_item_scores"
 # Planning takes the decoders' default budget (128): a padded plan of a fast car ("101.72" at 4 s) is
 # longer than the 96 tokens of one below 100 m, and a tighter budget makes the grammar cut it to "10.17".
 MAX_NEW_TOKENS = {"planning": DecodeConfig().max_new_tokens, "detection": 160, "qa": 16}
@@ -37,6 +40,7 @@ class Prediction:
     forwards: int
     answer_tokens: int  # tokens of the answer, its <|im_end|> included
     seconds: float
+    item_scores: list[float] | None = None  # detection: ``decoding.result.grounding_scores``
 
 
 @torch.inference_mode()
@@ -76,22 +80,30 @@ def predict_records(
         )
         seconds = time.perf_counter() - started
         tokens = len(result.token_ids) + int(result.candidates[0].stopped)
-        predictions.append(Prediction(record, result.text, result.forwards, tokens, seconds))
+        scores = grounding_scores(tokenizer, result.candidates[0]) if record.task == "detection" else None
+        predictions.append(Prediction(record, result.text, result.forwards, tokens, seconds, scores))
     return predictions
 
 
 def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> object:
     """What ``eval open-loop`` reads: planning ``{id: answer}``; detection and QA the task file's records
-    (of the predicted ids) with their last turn replaced by the answer."""
-    answers = {p.record.id: p.text for p in predictions}
+    (of the predicted ids) with their last turn replaced by the answer, and for detection the answer's item
+    scores beside it (``ITEM_SCORES``; absent where the answer's tokens could not be mapped to its text)."""
+    answers = {p.record.id: p for p in predictions}
     if task == "planning":
-        return answers
+        return {key: p.text for key, p in answers.items()}
     items = json.loads((Path(data_dir) / f"{task}.json").read_text())
-    return [
-        item | {"conversations": [*item["conversations"][:-1], {"from": "gpt", "value": answers[item["id"]]}]}
-        for item in items
-        if item["id"] in answers
-    ]
+    records = []
+    for item in items:
+        if item["id"] not in answers:
+            continue
+        prediction = answers[item["id"]]
+        answer = {"from": "gpt", "value": prediction.text}
+        record = item | {"conversations": [*item["conversations"][:-1], answer]}
+        if prediction.item_scores is not None:
+            record[ITEM_SCORES] = prediction.item_scores
+        records.append(record)
+    return records
 
 
 def cost_summary(predictions: list[Prediction]) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,3 +101,11 @@ def check_special_ids(tokenizer: PreTrainedTokenizerBase, source: Path | str = "
         raise CheckpointError(
             f"{source}: tokenizer has {len(tokenizer)} entries and would decode the mask id"
         )
+
+
+def token_texts(tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int]) -> list[str]:
+    """Each token's text as the answer's decode writes it (special tokens skipped): what maps a character
+    of an answer back to the token, and so the probability, that wrote it. A token holding part of a
+    multi-byte character decodes to a replacement character, so the pieces then do not spell the text
+    (``model.parse.grounding_item_scores`` checks)."""
+    return [tokenizer.decode([token], skip_special_tokens=True) for token in token_ids]

@@ -17,18 +17,16 @@ from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
 from wamdiff2_ros.eval.predict import Prediction, cost_summary, predict_records
 from wamdiff2_ros.eval.qa import exact_match
-from wamdiff2_ros.model.parse import parse_detections, parse_qa, parse_waypoints
+from wamdiff2_ros.model.parse import parse_qa, parse_waypoints, salvage_detections
 from wamdiff2_ros.model.prompt import min_int_digits_of
 from wamdiff2_ros.training.data import Record
 
 
-def _detections(text: str) -> ImageDetections:
-    try:
-        found = parse_detections(text)
-    except ParseError:
-        found = []
+def _detections(text: str, item_scores: list[float] | None = None) -> ImageDetections:
+    """The well-formed boxes of an answer with their scores, as ``eval open-loop`` and the node take them."""
+    found, _ = salvage_detections(text, item_scores)
     boxes = np.array([d.box for d in found], dtype=np.float64).reshape(-1, 4)
-    return ImageDetections(boxes_px=boxes, labels=tuple(d.label for d in found))
+    return ImageDetections(boxes, tuple(d.label for d in found), tuple(d.score for d in found))
 
 
 def _qa_text(text: str) -> str:
@@ -98,7 +96,7 @@ def _score(task: str, rows: list[Prediction]) -> dict:
             summary |= displacement_errors(pred, truth)
     elif task == "detection":
         truth = {r.record.id: _detections(r.record.answer) for r in rows}
-        summary |= detection_map(truth, {r.record.id: _detections(r.text) for r in rows})
+        summary |= detection_map(truth, {r.record.id: _detections(r.text, r.item_scores) for r in rows})
     else:
         summary["exact_match"] = exact_match(
             [_qa_text(r.text) for r in rows], [r.record.answer for r in rows]

@@ -17,8 +17,8 @@ TEXT = '[{"bbox_2d": [10, 20, 300, 400], "label": "car"}]'
 RESULT = DecodeResult((Candidate((), TEXT, True, 0),), 1, (1,), 10, 0.0, 0.0)
 
 
-def output(boxes, labels: tuple[str, ...], text: str = TEXT) -> DetectionOutput:
-    return DetectionOutput(np.asarray(boxes, dtype=np.float64), labels, text, RESULT)
+def output(boxes, labels: tuple[str, ...], text: str = TEXT, scores=()) -> DetectionOutput:
+    return DetectionOutput(np.asarray(boxes, dtype=np.float64), labels, text, RESULT, "", scores)
 
 
 def test_boxes_labels_header_size_and_text_are_carried() -> None:
@@ -33,7 +33,15 @@ def test_boxes_labels_header_size_and_text_are_carried() -> None:
         (3.0, 7.5, 96.0, 54.0),
         (0.0, 0.0, 1.0, 2.0),
     ]
-    assert all(d.score == 1.0 for d in msg.detections)  # the model gives no score
+    assert all(d.score == 1.0 for d in msg.detections)  # an unscored answer
+
+
+def test_each_box_carries_its_score() -> None:
+    boxes = [[3.0, 7.5, 96.0, 54.0], [0.0, 0.0, 1.0, 2.0]]
+    msg = detections_2d(output(boxes, ("car", "car"), scores=(0.75, 0.25)), HEADER, (180, 320))
+    assert [d.score for d in msg.detections] == [0.75, 0.25]
+    with pytest.raises(InputError, match="2 detection boxes but 1 scores"):
+        detections_2d(output(boxes, ("car", "car"), scores=(0.75,)), HEADER, (180, 320))
 
 
 @pytest.mark.parametrize("boxes", [np.zeros((0, 4)), np.zeros((0,))], ids=["(0, 4)", "(0,)"])

@@ -2,7 +2,8 @@
 
 Boxes arrive in pixels of the source image (x1, y1, x2, y2, clipped to it: ``model.parse.boxes_to_source_px``)
 and leave in the same grid, under the image's own header so that consumers match them to the frame exactly.
-The model gives no confidence, so every score is 1.0 (the message's convention).
+Each score is the model's confidence in its box (``model.parse.grounding_item_scores``), 1.0 where the
+answer gave none (the message's convention).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def detections_2d(output: DetectionOutput, header: Header, image_hw: tuple[int, 
         image_hw: (height, width) of the source image in pixels (``image.shape[:2]``).
 
     Raises:
-        InputError: boxes that are not (N, 4), a label count other than N, non-finite coordinates, or a box
-            with x_min > x_max or y_min > y_max (the message promises ordered corners).
+        InputError: boxes that are not (N, 4), a label or score count other than N, non-finite coordinates,
+            or a box with x_min > x_max or y_min > y_max (the message promises ordered corners).
     """
     boxes = np.asarray(output.boxes_px, dtype=np.float64)
     boxes = boxes.reshape(0, 4) if boxes.size == 0 else boxes  # no boxes may come as shape (0,)
@@ -41,10 +42,13 @@ def detections_2d(output: DetectionOutput, header: Header, image_hw: tuple[int, 
         raise InputError("detection boxes contain NaN or infinite coordinates; nothing is published")
     if np.any(boxes[:, 0] > boxes[:, 2]) or np.any(boxes[:, 1] > boxes[:, 3]):
         raise InputError("a detection box has x_min > x_max or y_min > y_max")
+    scores = output.scores or (1.0,) * len(boxes)
+    if len(scores) != len(boxes):
+        raise InputError(f"{len(boxes)} detection boxes but {len(scores)} scores")
     height, width = image_hw
     detections = [
-        Detection2D(label=label, score=1.0, x_min=x1, y_min=y1, x_max=x2, y_max=y2)
-        for (x1, y1, x2, y2), label in zip(boxes.tolist(), output.labels, strict=True)
+        Detection2D(label=label, score=score, x_min=x1, y_min=y1, x_max=x2, y_max=y2)
+        for (x1, y1, x2, y2), label, score in zip(boxes.tolist(), output.labels, scores, strict=True)
     ]
     return Detections2D(
         header=header,
