@@ -401,3 +401,24 @@ def test_planner_detects_with_the_grammar_by_default_and_without_it_on_request(
     assert not free.decode.candidates[0].stopped  # random weights never close the answer unconstrained
     off = planner.with_config(grammar=False).detect(front_image, detection_user_text(), max_new_tokens=16)
     assert off.text == free.text
+    assert len(output.scores) == len(output.labels) and all(0 < s <= 1 for s in output.scores)
+
+
+def test_planner_fuses_its_candidates_detection_answers(tiny_model, tokenizer, front_image):
+    from wamdiff2_ros.decoding.planner import Planner
+    from wamdiff2_ros.decoding.result import grounding_scores
+    from wamdiff2_ros.model.box_fusion import fused_answers
+    from wamdiff2_ros.model.checkpoint import LoadedModel
+
+    config = DecodeConfig(
+        block_size=32, steps=8, grammar=True, candidates=3, temperature=1.0, greedy_first=True
+    )
+    planner = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), config)
+    fused = planner.detect(front_image, detection_user_text(), max_new_tokens=64)  # the planner's K = 3
+    alone = planner.detect(front_image, detection_user_text(), max_new_tokens=64, candidates=1)
+    assert len(fused.decode.candidates) == 3 and len(alone.decode.candidates) == 1
+    assert fused.text == alone.text  # the greedy answer is the first row either way
+    answers = [(c.text, grounding_scores(tokenizer, c)) for c in fused.decode.candidates]
+    expected, _ = fused_answers(answers, front_image.shape[1::-1])
+    np.testing.assert_array_equal(fused.boxes_px, expected.boxes)
+    assert fused.scores == expected.scores and fused.labels == expected.labels

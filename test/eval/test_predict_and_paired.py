@@ -11,7 +11,7 @@ import pytest
 from wamdiff2_ros.cli.main import main as cli_main
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.paired import episode_scores, failure_changes, paired_difference, paired_ratio
-from wamdiff2_ros.eval.predict import ITEM_SCORES
+from wamdiff2_ros.eval.predict import ITEM_SCORES, SAMPLED_ANSWERS
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
@@ -33,11 +33,13 @@ def test_predicted_plans_and_detections_are_what_open_loop_scores(generated, tmp
     summary = json.loads((tmp_path / "plans.json.summary.json").read_text())
     assert summary["samples"] == 3 and summary["grammar"] and summary["forwards_per_answer"] >= 1
     arguments = [model, str(generated), str(boxes), "--task", "detection", "--samples", "1"]
-    assert cli_main(["eval", "predict", *arguments]) == 0
+    assert cli_main(["eval", "predict", *arguments, "--candidates", "2"]) == 0
     (record,) = json.loads(boxes.read_text())  # the task file's record, its answer replaced
     assert record["conversations"][-1]["from"] == "gpt"
     items = record["conversations"][-1]["value"].count("{")  # and a score for each of its items
     assert len(record[ITEM_SCORES]) == items and all(0 < s <= 1 for s in record[ITEM_SCORES])
+    (sampled,) = record[SAMPLED_ANSWERS]  # the second answer, sampled, beside it
+    assert len(sampled[ITEM_SCORES]) == sampled["text"].count("{")
     report = tmp_path / "report"
     scored = ["--data", str(generated), "--predictions", f"default={plans}", "--detections", str(boxes)]
     assert cli_main(["eval", "open-loop", *scored, "--out", str(report), "--plots", "0"]) == 0

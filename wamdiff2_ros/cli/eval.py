@@ -192,6 +192,16 @@ def _add_predict(verbs: argparse._SubParsersAction) -> None:
     )
     predict.add_argument("--threshold", type=float, default=0.9, help="the dynamic rule's threshold")
     predict.add_argument("--samples", type=int, default=0, help="the first N records (0: all)")
+    predict.add_argument(
+        "--candidates",
+        type=int,
+        default=1,
+        help="detection: answers decoded together, the first greedy, the others sampled at --temperature, "
+        "their boxes fused when scored, as the planner node does (default 1); other tasks decode one",
+    )
+    predict.add_argument(
+        "--temperature", type=float, default=0.7, help="the sampled answers' temperature (default 0.7)"
+    )
     predict.add_argument("--no-grammar", action="store_true", help="decode unconstrained (may not parse)")
     predict.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="weights dtype")
     predict.add_argument(
@@ -275,6 +285,9 @@ def run_predict(args: argparse.Namespace) -> int:
         min_int_digits=min_int_digits_of(loaded.model.config),  # the number style it was trained on
         backend=args.backend,
         weights=args.weights,
+        candidates=args.candidates,
+        temperature=args.temperature if args.candidates > 1 else 0.0,
+        greedy_first=True,
     )
     predictions = predict_records(
         loaded.model, loaded.tokenizer, records, config, min_pixels=min_pixels, max_pixels=max_pixels
@@ -288,6 +301,8 @@ def run_predict(args: argparse.Namespace) -> int:
         "rule": args.rule,
         "threshold": args.threshold,
         "grammar": config.grammar,
+        "candidates": config.candidates,
+        "temperature": config.temperature,
         **cost_summary(predictions),
         "threads": torch.get_num_threads(),
         "dtype": args.dtype,

@@ -22,9 +22,10 @@ from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.decoding.result import grounding_scores
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
+from wamdiff2_ros.model.box_fusion import fused_answers
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.parse import boxes_to_source_px, parse_waypoints, salvage_detections
+from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
     DISTANCE_COMMAND_RULE,
     MAX_PIXELS,
@@ -260,11 +261,16 @@ class Planner:
         *,
         grammar: bool | None = None,
         labels: Sequence[str] | None = None,
+        candidates: int | None = None,
+        temperature: float | None = None,
     ) -> DetectionOutput:
-        """Run a grounding prompt on one frame (greedy) and return boxes in source pixels.
+        """Run a grounding prompt on one frame and return boxes in source pixels, each with its score.
 
         With the grammar the answer is always well-formed grounding JSON naming only the prompt's categories,
-        closed within the budget; only boxes written with x1 > x2 or y1 > y2 can still be rejected.
+        closed within the budget; only boxes written with x1 > x2 or y1 > y2 can still be rejected. With
+        more than one candidate (the planner's K by default) the first answer is greedy, the others sampled
+        (seeds ``config.seed + k``), and their boxes are fused (``model.box_fusion``): the output's text
+        and ``parse_error`` are the greedy answer's, its boxes and scores the fusion's.
 
         Args:
             image_rgb: (H, W, 3) uint8 frame.
@@ -273,6 +279,9 @@ class Planner:
             max_new_tokens: answer budget (a box costs about 25 tokens).
             grammar: constrain the answer by the detection grammar; None: as ``config.grammar`` says.
             labels: the labels an answer may name; None: the categories the prompt lists.
+            candidates: answers decoded together and fused (1: the greedy answer alone); None:
+                ``config.candidates``, the rows a plan decodes.
+            temperature: the sampled answers' temperature; None: ``config.temperature``.
 
         Raises:
             InputError: unusable image, a prompt without the image placeholder, or (with the grammar) no
@@ -282,20 +291,27 @@ class Planner:
             self.loaded.tokenizer, user_text, self._frame(image_rgb), max_pixels=self.max_pixels
         )
         constrained = self.config.grammar if grammar is None else grammar
+        rows = self.config.candidates if candidates is None else candidates
         config = replace(
-            self.config, grammar=constrained, candidates=1, temperature=0.0, max_new_tokens=max_new_tokens
+            self.config,
+            grammar=constrained,
+            candidates=rows,
+            temperature=(self.config.temperature if temperature is None else temperature)
+            if rows > 1
+            else 0.0,
+            greedy_first=True,
+            max_new_tokens=max_new_tokens,
         )
         answer_grammar = None
         if constrained:
             answer_grammar = self._grammars.detection(labels or labels_in_prompt(user_text))
         result = self._decode(prompt, config, answer_grammar)
         height, width = image_rgb.shape[:2]
-        detections, problems = salvage_detections(
-            result.text, grounding_scores(self.loaded.tokenizer, result.candidates[0])
+        answers = [(c.text, grounding_scores(self.loaded.tokenizer, c)) for c in result.candidates]
+        fused, problems = fused_answers(answers, (width, height))
+        return DetectionOutput(
+            fused.boxes, fused.labels, result.text, result, "; ".join(problems), fused.scores
         )
-        boxes = boxes_to_source_px(detections, (width, height))
-        labels, scores = tuple(d.label for d in detections), tuple(d.score for d in detections)
-        return DetectionOutput(boxes, labels, result.text, result, "; ".join(problems), scores)
 
     def _parse(self, text: str, seed: int) -> PlannedCandidate:
         try:

@@ -140,12 +140,18 @@ def read_answers(path: Path) -> dict[str, str]:
     return {record["id"]: record["conversations"][-1]["value"] for record in _records(path)}
 
 
-def read_item_scores(path: Path) -> dict[str, list[float]]:
-    """Sample id -> its detection answer's item scores, for the records that carry them
-    (``eval.predict.ITEM_SCORES``)."""
-    from wamdiff2_ros.eval.predict import ITEM_SCORES
+def read_detection_answers(path: Path) -> dict[str, list[tuple[str, list[float] | None]]]:
+    """Sample id -> its detection answers: the record's answer and the sampled ones decoded with it, each
+    with its item scores where the record carries them (``eval.predict.ITEM_SCORES``, ``SAMPLED_ANSWERS``)."""
+    from wamdiff2_ros.eval.predict import ITEM_SCORES, SAMPLED_ANSWERS
 
-    return {r["id"]: r[ITEM_SCORES] for r in _records(path) if ITEM_SCORES in r}
+    return {
+        r["id"]: [
+            (r["conversations"][-1]["value"], r.get(ITEM_SCORES)),
+            *((a["text"], a.get(ITEM_SCORES)) for a in r.get(SAMPLED_ANSWERS, [])),
+        ]
+        for r in _records(path)
+    }
 
 
 def score_detections(data_dir: Path, predictions_path: Path) -> dict:
@@ -153,7 +159,8 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
 
     Answers are Qwen3-VL grounding JSON on the 0..1000 scale; only their well-formed items count as boxes,
     ranked by their item scores where the records carry them (``eval predict`` writes them), else unranked
-    (every score 1.0, answer order).
+    (every score 1.0, answer order), and fused with the sampled answers a record carries
+    (``model.box_fusion``), as the planner node fuses them.
 
     Returns:
         ``detection_map``'s report over the well-formed items of each answer (``salvage_detections``: what
@@ -162,24 +169,21 @@ def score_detections(data_dir: Path, predictions_path: Path) -> dict:
         in each distance band (``detection_map_by_distance``).
     """
     from wamdiff2_ros.eval.detection import ImageDetections, detection_map, detection_map_by_distance
-    from wamdiff2_ros.model.parse import boxes_to_source_px, salvage_detections
+    from wamdiff2_ros.model.box_fusion import fused_answers
     from wamdiff2_ros.sim.dataset import load_camera
 
     truth = load_truth(data_dir)
     camera = load_camera(data_dir)
     k = camera.intrinsics
-    answers, item_scores = read_answers(predictions_path), read_item_scores(predictions_path)
     predicted, unparsed, rejected = {}, 0, 0
-    for key, text in answers.items():
+    for key, answers in read_detection_answers(predictions_path).items():
         if key not in truth:
             continue
-        # the boxes and scores the planner node would publish
-        detections, problems = salvage_detections(text, item_scores.get(key))
+        # the boxes and scores the planner node would publish; the problems are the first answer's
+        fused, problems = fused_answers(answers, (k.width_px, k.height_px))
         unparsed += bool(problems)
         rejected += len(problems)
-        boxes = boxes_to_source_px(detections, (k.width_px, k.height_px))
-        scores = tuple(d.score for d in detections)
-        predicted[key] = ImageDetections(boxes, tuple(d.label for d in detections), scores)
+        predicted[key] = ImageDetections(fused.boxes, fused.labels, fused.scores)
     expected = {key: ImageDetections(t.boxes_px, t.labels) for key, t in truth.items()}
     counts = {"unparsed": unparsed, "rejected_items": rejected, "missing": len(truth) - len(predicted)}
     by_distance = detection_map_by_distance(expected, predicted, camera)

@@ -24,8 +24,10 @@ from wamdiff2_ros.decoding.result import grounding_scores
 from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
-# The key of a detection answer's item scores in a predicted record (beside the reference format's keys).
+# Keys beside the reference format's in a predicted detection record: the answer's item scores, and the
+# sampled answers (text and item scores) decoded with it (``eval predict --candidates``).
 ITEM_SCORES = "answer_item_scores"
+SAMPLED_ANSWERS = "sampled_answers"
 # Planning takes the decoders' default budget (128): a padded plan of a fast car ("101.72" at 4 s) is
 # longer than the 96 tokens of one below 100 m, and a tighter budget makes the grammar cut it to "10.17".
 MAX_NEW_TOKENS = {"planning": DecodeConfig().max_new_tokens, "detection": 160, "qa": 16}
@@ -41,6 +43,8 @@ class Prediction:
     answer_tokens: int  # tokens of the answer, its <|im_end|> included
     seconds: float
     item_scores: list[float] | None = None  # detection: ``decoding.result.grounding_scores``
+    # detection with config.candidates > 1: the sampled answers (text, item scores) after the greedy one
+    sampled: tuple[tuple[str, list[float] | None], ...] = ()
 
 
 @torch.inference_mode()
@@ -54,7 +58,9 @@ def predict_records(
     max_pixels: int,
 ) -> list[Prediction]:
     """Decode every record with ``config``; its ``grammar`` flag turns the planning and detection grammars
-    on (built once per prompt kind over the ids the model can emit).
+    on (built once per prompt kind over the ids the model can emit). Detection decodes ``config.candidates``
+    answers (the first greedy, the others sampled at ``config.temperature``: what ``eval open-loop`` fuses,
+    as the planner node does); every other task one greedy answer.
 
     Args:
         model: the model (put in eval mode here).
@@ -70,25 +76,31 @@ def predict_records(
     model.eval()
     grammars = AnswerGrammars(tokenizer, replace(config, grammar=True), available_ids(model))
     fast = FastEngine(model) if config.backend != "eager" else None  # built once, kept for every record
+    one = replace(config, candidates=1, temperature=0.0)
     predictions = []
     for record in records:
         example = tokenize_record(record, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
         grammar = grammars.for_task(record.task, record.user_text) if config.grammar else None
+        detection = record.task == "detection"
+        settings = replace(config if detection else one, grammar=grammar is not None, greedy_first=True)
         started = time.perf_counter()
-        result = decode(
-            model, tokenizer, example.prompt, replace(config, grammar=grammar is not None), grammar, fast
-        )
+        result = decode(model, tokenizer, example.prompt, settings, grammar, fast)
         seconds = time.perf_counter() - started
         tokens = len(result.token_ids) + int(result.candidates[0].stopped)
-        scores = grounding_scores(tokenizer, result.candidates[0]) if record.task == "detection" else None
-        predictions.append(Prediction(record, result.text, result.forwards, tokens, seconds, scores))
+        answers = [(c.text, grounding_scores(tokenizer, c) if detection else None) for c in result.candidates]
+        predictions.append(
+            Prediction(
+                record, result.text, result.forwards, tokens, seconds, answers[0][1], tuple(answers[1:])
+            )
+        )
     return predictions
 
 
 def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> object:
     """What ``eval open-loop`` reads: planning ``{id: answer}``; detection and QA the task file's records
     (of the predicted ids) with their last turn replaced by the answer, and for detection the answer's item
-    scores beside it (``ITEM_SCORES``; absent where the answer's tokens could not be mapped to its text)."""
+    scores beside it (``ITEM_SCORES``; absent where the answer's tokens could not be mapped to its text) and
+    the sampled answers decoded with it (``SAMPLED_ANSWERS``)."""
     answers = {p.record.id: p for p in predictions}
     if task == "planning":
         return {key: p.text for key, p in answers.items()}
@@ -102,6 +114,8 @@ def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> ob
         record = item | {"conversations": [*item["conversations"][:-1], answer]}
         if prediction.item_scores is not None:
             record[ITEM_SCORES] = prediction.item_scores
+        if prediction.sampled:
+            record[SAMPLED_ANSWERS] = [{"text": t, ITEM_SCORES: s} for t, s in prediction.sampled]
         records.append(record)
     return records
 

@@ -23,7 +23,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _OBJECT = re.compile(r"\{[^{}]*\}")  # one grounding item (they hold lists, never objects)
 _BOX_NUMBERS = re.compile(r'"bbox_2d"\s*:\s*\[([^\]]*)\]')
-_LEADING_DIGIT = re.compile(r"(?<![\d.])\d")  # the first digit of each number
+_BOX_NUMBER = re.compile(r"\d+(?:\.\d+)?")  # a number of a box, its sign left out
 BOX_FRAMES = ("norm1000", "resized_px")
 
 
@@ -169,17 +169,51 @@ def salvage_detections(
     return detections, problems or [whole]
 
 
+@dataclass(frozen=True)
+class ItemTokens:
+    """Which answer tokens wrote one grounding item: those that open it (from the end of the previous item,
+    or the answer's start, through its brace: where the answer chose another box over closing the list) and,
+    for each number of its box, those that hold its digits (leading digit first)."""
+
+    opening: tuple[int, ...]
+    numbers: tuple[tuple[int, ...], ...]
+
+
+def grounding_item_tokens(text: str, pieces: Sequence[str]) -> list[ItemTokens] | None:
+    """The tokens of each ``{...}`` object of ``_json_answer(text)``, in order (the items
+    ``salvage_detections`` indexes); None when ``pieces`` (each token's text, ``model.tokenizer.token_texts``)
+    do not spell ``text``."""
+    if "".join(pieces) != text:
+        return None
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]  # character -> its token
+    answer = _json_answer(text)
+    offset = text.find(answer)  # the answer's characters within the text (a fence or spaces cut)
+    items, opened = [], offset
+    for match in _OBJECT.finditer(answer):
+        start, end = offset + match.start(), offset + match.end()
+        opening = tuple(dict.fromkeys(owner[c] for c in range(opened, start + 1)))
+        opened = end
+        box = _BOX_NUMBERS.search(text, start, end)
+        numbers = ()
+        if box:
+            numbers = tuple(
+                tuple(dict.fromkeys(owner[box.start(1) + c] for c in range(m.start(), m.end())))
+                for m in _BOX_NUMBER.finditer(box.group(1))
+            )
+        items.append(ItemTokens(opening, numbers))
+    return items
+
+
 def grounding_item_scores(
     text: str, pieces: Sequence[str], probabilities: Sequence[float]
 ) -> list[float] | None:
     """A confidence for each grounding item (``{...}``) of an answer, from its tokens' probabilities.
 
     An item's score is P(it is there) x P(where it is, coarsely): the lowest probability among the tokens
-    that open it (from the end of the previous item, or the answer's start, through its brace: where the
-    answer chose another box over closing the list) times the mean probability of the tokens that hold the
-    leading digit of each of its box's numbers. Chosen among eleven such rules on a selection set of
-    simulated frames (docs/DECISIONS.md, "Detection scores"); boxes ranked by it score a higher AP than
-    boxes in answer order, and it is what Detection2D.score carries.
+    that open it (``ItemTokens.opening``) times the mean probability of the tokens that hold the leading
+    digit of each of its box's numbers. Chosen among fourteen such rules on a selection set of simulated
+    frames (docs/DECISIONS.md, "detection scores"; ``tools/probes/detection_scores.py``); boxes ranked by
+    it score a higher AP than boxes in answer order, and it is what Detection2D.score carries.
 
     Args:
         text: the answer as decoded (``Candidate.text``).
@@ -187,25 +221,16 @@ def grounding_item_scores(
         probabilities: each answer token's probability (``Candidate.token_probabilities``).
 
     Returns:
-        One score in [0, 1] per ``{...}`` object of ``_json_answer(text)``, in order (the items
-        ``salvage_detections`` indexes); None when the pieces do not spell ``text`` or the counts differ.
+        One score in [0, 1] per item (``grounding_item_tokens``' order); None when the pieces do not spell
+        ``text`` or the counts differ.
     """
-    if len(pieces) != len(probabilities) or "".join(pieces) != text:
+    items = grounding_item_tokens(text, pieces) if len(pieces) == len(probabilities) else None
+    if items is None:
         return None
-    owner = [i for i, piece in enumerate(pieces) for _ in piece]  # character -> its token
-    answer = _json_answer(text)
-    offset = text.find(answer)  # the answer's characters within the text (a fence or spaces cut)
-    scores, opened = [], offset
-    for match in _OBJECT.finditer(answer):
-        start, end = offset + match.start(), offset + match.end()
-        existence = min(probabilities[owner[c]] for c in range(opened, start + 1))
-        opened = end
-        numbers = _BOX_NUMBERS.search(text, start, end)
-        leading = (
-            {owner[numbers.start(1) + m.start()] for m in _LEADING_DIGIT.finditer(numbers.group(1))}
-            if numbers
-            else set()
-        )
+    scores = []
+    for item in items:
+        existence = min(probabilities[t] for t in item.opening)
+        leading = {number[0] for number in item.numbers}
         place = sum(probabilities[t] for t in leading) / len(leading) if leading else 1.0
         scores.append(float(existence * place))
     return scores

@@ -151,7 +151,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     ),
     # 4 candidates sampled at 0.7, not DecodeConfig's one greedy answer: the node feeds the scorer K
     # alternatives (candidate 0 stays greedy: decode_config sets greedy_first).
-    Param("candidates.count", 4, "Candidate trajectories decoded together for the scorer (1 = none).", 1, 16),
+    Param(
+        "candidates.count",
+        4,
+        "Candidate trajectories decoded together for the scorer (1 = none); a detection prompt decodes as "
+        "many answers and fuses their boxes.",
+        1,
+        16,
+    ),
     Param(
         "candidates.temperature",
         0.7,

@@ -17,16 +17,17 @@ from wamdiff2_ros.eval.detection import ImageDetections, detection_map
 from wamdiff2_ros.eval.metrics import displacement_errors
 from wamdiff2_ros.eval.predict import Prediction, cost_summary, predict_records
 from wamdiff2_ros.eval.qa import exact_match
-from wamdiff2_ros.model.parse import parse_qa, parse_waypoints, salvage_detections
+from wamdiff2_ros.model.box_fusion import fused_answers
+from wamdiff2_ros.model.parse import parse_qa, parse_waypoints
 from wamdiff2_ros.model.prompt import min_int_digits_of
 from wamdiff2_ros.training.data import Record
 
 
-def _detections(text: str, item_scores: list[float] | None = None) -> ImageDetections:
-    """The well-formed boxes of an answer with their scores, as ``eval open-loop`` and the node take them."""
-    found, _ = salvage_detections(text, item_scores)
-    boxes = np.array([d.box for d in found], dtype=np.float64).reshape(-1, 4)
-    return ImageDetections(boxes, tuple(d.label for d in found), tuple(d.score for d in found))
+def _detections(answers: list[tuple[str, list[float] | None]]) -> ImageDetections:
+    """The well-formed boxes of answers with their scores, fused, on the answers' 0..1000 scale: as ``eval
+    open-loop`` and the node take them."""
+    fused, _ = fused_answers(answers, (1000, 1000))
+    return ImageDetections(fused.boxes, fused.labels, fused.scores)
 
 
 def _qa_text(text: str) -> str:
@@ -95,8 +96,9 @@ def _score(task: str, rows: list[Prediction]) -> dict:
             pred, truth = (np.stack(side) for side in zip(*pairs, strict=True))
             summary |= displacement_errors(pred, truth)
     elif task == "detection":
-        truth = {r.record.id: _detections(r.record.answer) for r in rows}
-        summary |= detection_map(truth, {r.record.id: _detections(r.text, r.item_scores) for r in rows})
+        truth = {r.record.id: _detections([(r.record.answer, None)]) for r in rows}
+        predicted = {r.record.id: _detections([(r.text, r.item_scores), *r.sampled]) for r in rows}
+        summary |= detection_map(truth, predicted)
     else:
         summary["exact_match"] = exact_match(
             [_qa_text(r.text) for r in rows], [r.record.answer for r in rows]
