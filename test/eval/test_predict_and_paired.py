@@ -45,6 +45,14 @@ def test_predicted_plans_and_detections_are_what_open_loop_scores(generated, tmp
     assert cli_main(["eval", "open-loop", *scored, "--out", str(report), "--plots", "0"]) == 0
     planners = json.loads((report / "report.json").read_text())["planners"]
     assert np.isfinite(planners["default"]["ade_m"])
+    smoothed = tmp_path / "smoothed"  # the same plans as a smoothing planner node would publish them
+    assert (
+        cli_main(["eval", "open-loop", *scored, "--smoothing", "1", "--out", str(smoothed), "--plots", "0"])
+        == 0
+    )
+    again = json.loads((smoothed / "report.json").read_text())["planners"]
+    assert again["default"]["ade_m"] != planners["default"]["ade_m"]
+    assert again["expert"] == planners["expert"]  # the baselines are scored as they are
     # The same predictions on both sides: ratio 1 with a degenerate interval.
     paired = tmp_path / "paired.json"
     pair = f"{generated}={plans}"

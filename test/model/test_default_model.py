@@ -64,3 +64,19 @@ def test_default_model_scores_the_boxes_it_finds(default_planner: Planner) -> No
     output = default_planner.detect(image, detection_user_text(), max_new_tokens=160)
     assert len(output.labels) > 0 and len(output.scores) == len(output.labels)
     assert all(0 < s < 1 for s in output.scores)  # the model's confidence, not the unscored 1.0
+
+
+def test_a_smoothing_planner_publishes_the_smoothed_answer(default_planner: Planner) -> None:
+    from wamdiff2_ros.decoding.smoothing import smooth_waypoints
+    from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.parse import parse_waypoints
+    from wamdiff2_ros.sim.render import render_front
+    from wamdiff2_ros.sim.scenes import make_scene
+
+    scene = make_scene(3)
+    image = render_front(Camera().scaled_to_width(640), scene.lanes, scene.snapshot()).image_rgb
+    smoothing = Planner(default_planner.loaded, default_planner.config, smoothing=1.0)
+    inputs = DrivingInputs(image, "straight", (12.0, 0.0), (0.0, 0.0))
+    (candidate,) = smoothing.plan(inputs).candidates
+    expected = smooth_waypoints(parse_waypoints(candidate.text), (12.0, 0.0), 1.0)
+    np.testing.assert_array_equal(candidate.waypoints_ego, expected)  # the text stays the model's answer

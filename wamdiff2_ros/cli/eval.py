@@ -74,6 +74,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="a model's QA answers (records like qa.json, answers replaced): adds exact match",
     )
+    open_loop.add_argument(
+        "--smoothing",
+        type=float,
+        default=0.0,
+        help="score each planner's plans smoothed with this weight from the sample's ego velocity, as the "
+        "planner node publishes them with output.smoothing (default 0: as answered)",
+    )
     open_loop.add_argument("--out", type=Path, default=None, help="write report.json and plots here")
     open_loop.add_argument(
         "--plots", type=int, default=4, help="trajectory-over-image plots to draw (default 4)"
@@ -99,6 +106,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=5,
         help="model-scored: plans between detection answers (the node's output.detections_every_n, 5)",
+    )
+    closed_loop.add_argument(
+        "--smoothing",
+        type=float,
+        default=0.0,
+        help="model policies: weight of the plan smoother (the node's output.smoothing; default 0: the "
+        "decoded waypoints)",
     )
     closed_loop.add_argument(
         "--workers", type=int, default=1, help="CPU processes driving episodes side by side (default 1)"
@@ -389,9 +403,19 @@ def _named(spec: Path) -> tuple[str, Path]:
 
 
 def run_open_loop(args: argparse.Namespace) -> int:
-    from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections, score_qa
+    from wamdiff2_ros.eval.open_loop import (
+        evaluate_open_loop,
+        load_predictions,
+        load_truth,
+        score_detections,
+        score_qa,
+        smoothed_predictions,
+    )
 
     planners = {name: load_predictions(path) for name, path in map(_named, args.predictions)}
+    if args.smoothing:
+        truth = load_truth(args.data)
+        planners = {name: smoothed_predictions(truth, p, args.smoothing) for name, p in planners.items()}
     report = evaluate_open_loop(args.data, planners)
     print(_table(report["planners"], OPEN_LOOP_COLUMNS))
     if args.detections:
@@ -448,7 +472,14 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.episodes))
     settings = (args.model or None, args.block_size, args.steps, args.detect_every)
     report = closed_loop_report(
-        names, seeds, config, *settings, kind=args.kind, workers=args.workers, commit_rule=args.commit_rule
+        names,
+        seeds,
+        config,
+        *settings,
+        kind=args.kind,
+        workers=args.workers,
+        commit_rule=args.commit_rule,
+        smoothing=args.smoothing,
     )
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():

@@ -20,6 +20,7 @@ from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.decoding.result import grounding_scores
+from wamdiff2_ros.decoding.smoothing import smooth_waypoints
 from wamdiff2_ros.errors import ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.box_fusion import fused_answers
@@ -63,7 +64,8 @@ class DrivingInputs:
 
 @dataclass(frozen=True)
 class PlannedCandidate:
-    """One decoded answer: its waypoints when it parsed, else the reason it did not."""
+    """One decoded answer: its waypoints when it parsed (smoothed by the planner's ``smoothing``), else the
+    reason it did not."""
 
     text: str
     seed: int
@@ -114,14 +116,23 @@ class Planner:
         config: decode settings; ``config.candidates`` answers are decoded in one batch.
         max_pixels: pixel budget of the image resize; None: the checkpoint's own (the budget it was trained
             with), else the reference's 2,073,600.
+        smoothing: weight of the plan smoother (``smoothing.smooth_waypoints``) applied to every parsed
+            candidate; 0: the waypoints as decoded (the answer text is always the model's).
 
     The grammar's number style is the model's (``min_int_digits`` of its config), whatever ``config`` says.
     ``config.grammar`` constrains both answers, plans and detections; grammars are built over the ids the
     model can emit (a reduced vocabulary writes no others).
     """
 
-    def __init__(self, loaded: LoadedModel, config: DecodeConfig, max_pixels: int | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        config: DecodeConfig,
+        max_pixels: int | None = None,
+        smoothing: float = 0.0,
+    ) -> None:
         self.loaded = loaded
+        self.smoothing = smoothing
         self.config = replace(config, min_int_digits=min_int_digits_of(loaded.model.config))
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
@@ -142,9 +153,10 @@ class Planner:
         device: str = "cpu",
         dtype: str = "fp32",
         max_pixels: int | None = None,
+        smoothing: float = 0.0,
     ) -> Planner:
         """Load a checkpoint folder; else build a random-weight ``preset``; with neither, load the bundled
-        default model.
+        default model (``smoothing``: as the constructor's).
 
         Raises:
             CheckpointError: the checkpoint folder is missing, incomplete or corrupt, or (with neither
@@ -155,7 +167,7 @@ class Planner:
         else:
             model = build_model(preset, dtype=dtype, device=device)
             loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{preset}")
-        return cls(loaded, config, max_pixels)
+        return cls(loaded, config, max_pixels, smoothing)
 
     @property
     def fast(self) -> FastEngine | None:
@@ -175,6 +187,7 @@ class Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
         planner.loaded, planner.max_pixels, planner.name = self.loaded, self.max_pixels, self.name
+        planner.smoothing = self.smoothing
         planner._engines = self._engines  # shared: what is built stays built
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         bound_and_budget = ("max_step_m", "max_new_tokens")  # what the grammars are built and checked for
@@ -207,7 +220,7 @@ class Planner:
         preprocess_s = time.perf_counter() - started
         result = self._decode(prompt, self.config, self._grammar)
         parsing = time.perf_counter()
-        candidates = tuple(self._parse(c.text, c.seed) for c in result.candidates)
+        candidates = tuple(self._parse(c.text, c.seed, inputs.velocity_mps) for c in result.candidates)
         stages = {
             "preprocess": preprocess_s,
             "vision": result.vision_s,
@@ -313,11 +326,12 @@ class Planner:
             fused.boxes, fused.labels, result.text, result, "; ".join(problems), fused.scores
         )
 
-    def _parse(self, text: str, seed: int) -> PlannedCandidate:
+    def _parse(self, text: str, seed: int, velocity_mps: Sequence[float]) -> PlannedCandidate:
         try:
-            return PlannedCandidate(text, seed, parse_waypoints(text, max_abs_m=self.bound_m))
+            waypoints = parse_waypoints(text, max_abs_m=self.bound_m)
         except ParseError as error:
             return PlannedCandidate(text, seed, None, str(error))
+        return PlannedCandidate(text, seed, smooth_waypoints(waypoints, velocity_mps, self.smoothing))
 
     def memory_allocated_mb(self) -> float | None:
         """MiB of the model device's memory held by tensors (torch's allocator), or None on a CPU model."""

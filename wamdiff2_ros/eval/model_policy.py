@@ -155,6 +155,7 @@ class ModelPolicySource:
     device: str = "cpu"
     threads: int | None = None
     commit_rule: str | None = None
+    smoothing: float = 0.0  # the planner's plan smoother (``decoding.smoothing``; 0: the decoded waypoints)
 
     def policy(self) -> ModelPolicy:
         if self.threads:
@@ -181,7 +182,9 @@ class ModelPolicySource:
         return model_policy_factory(self.policy())
 
     def _planner(self, config: DecodeConfig) -> Planner:
-        return Planner.from_settings(config, checkpoint=self.checkpoint, device=self.device)
+        return Planner.from_settings(
+            config, checkpoint=self.checkpoint, device=self.device, smoothing=self.smoothing
+        )
 
 
 def closed_loop_report(
@@ -196,12 +199,14 @@ def closed_loop_report(
     progress: bool = True,
     workers: int = 1,
     commit_rule: str | None = None,
+    smoothing: float = 0.0,
 ) -> dict:
     """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
     each model policy's report with its checkpoint and counters (decoded with ``commit_rule``; None: the
-    decoder's default). ``workers`` > 1: that many spawned CPU
-    processes of one thread drive the episodes side by side (each model policy loaded once per process;
-    an episode's result does not depend on which process drove it, or after which episode)."""
+    decoder's default; plans smoothed with weight ``smoothing``, ``decoding.smoothing``). ``workers`` > 1:
+    that many spawned CPU processes of one thread drive the episodes side by side (each model policy loaded
+    once per process; an episode's result does not depend on which process drove it, or after which
+    episode)."""
     from wamdiff2_ros.eval.baselines import baseline_factory
     from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, evaluate_closed_loop
 
@@ -214,6 +219,7 @@ def closed_loop_report(
             steps,
             detect_every,
             commit_rule=commit_rule,
+            smoothing=smoothing,
         )
         for n in names
         if n.startswith("model")

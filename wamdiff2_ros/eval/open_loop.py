@@ -55,6 +55,20 @@ def load_predictions(path: Path) -> dict[str, np.ndarray]:
     }
 
 
+def smoothed_predictions(
+    truth: dict[str, GroundTruth], predictions: dict[str, np.ndarray], weight: float
+) -> dict[str, np.ndarray]:
+    """Each sample's plan as a planner with ``smoothing`` ``weight`` would have published it
+    (``decoding.smoothing.smooth_waypoints`` from the sample's ego velocity)."""
+    from wamdiff2_ros.decoding.smoothing import smooth_waypoints
+
+    return {
+        key: smooth_waypoints(plan, truth[key].velocity_ego_mps, weight)
+        for key, plan in predictions.items()
+        if key in truth
+    }
+
+
 def scoring_context(truth: GroundTruth) -> metrics.ScoringContext:
     """PDM scoring context of a sample: true agent futures, lanes, and the expert path for progress."""
     return metrics.ScoringContext(

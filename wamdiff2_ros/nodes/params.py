@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wamdiff2_ros.decoding import commit_rules
+from wamdiff2_ros.decoding import commit_rules, smoothing
 from wamdiff2_ros.decoding.attention import resolve_backend
 from wamdiff2_ros.decoding.config import BACKENDS, PLAN_STEPS, PROMPT_ATTENTIONS, WEIGHT_FORMATS, DecodeConfig
 from wamdiff2_ros.eval.scoring import SELECTIONS
@@ -239,6 +239,14 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         4096,
     ),
     Param("output.frame_id", "base_link", "Ego frame id written into trajectory headers."),
+    Param(
+        "output.smoothing",
+        smoothing.DEFAULT_WEIGHT,
+        "Weight of the plan smoother: every candidate's waypoints are replaced by the nearest plan with "
+        "small jerk from the ego's velocity (decoding/smoothing.py); 0 = the waypoints as decoded.",
+        0.0,
+        100.0,
+    ),
     Param(
         "output.detections_every_n", 5, "Run the detection prompt after every N-th plan (0 = never).", 0, 1000
     ),

@@ -199,6 +199,7 @@ class PlannerNode(Node):
                 device=p["model.device"],
                 dtype=p["model.dtype"],
                 max_pixels=p["input.max_pixels"] or None,
+                smoothing=p["output.smoothing"],
             )
         except Exception as error:  # reported as an ERROR diagnostic; the node stays up
             self._set_model_state("error", f"{type(error).__name__}: {error}")
