@@ -139,5 +139,5 @@ def test_config_reaches_every_decoder_and_candidate_parameter():
     from wamdiff2_ros.nodes.params import PLANNER_PARAMS
 
     wanted = {p.name for p in PLANNER_PARAMS if p.name.startswith(("decoder.", "candidates."))}
-    assert wanted | {"model.device", "model.dtype"} == set(FROM_CONFIG)
+    assert wanted | {"model.device", "model.dtype", "output.smoothing"} == set(FROM_CONFIG)
     assert set(DEFAULTS) == set(FROM_CONFIG.values()) - {"temperature"}

@@ -35,6 +35,7 @@ FROM_CONFIG = {
     "candidates.count": "candidates",
     "candidates.temperature": "temperature",
     "candidates.seed": "seed",
+    "output.smoothing": "smoothing",
 }
 # Defaults of those options when neither the flag nor --config gives them (temperature: see _temperature).
 DEFAULTS = {
@@ -54,6 +55,7 @@ DEFAULTS = {
     "max_step_m": 20.0,
     "candidates": 1,
     "seed": 0,
+    "smoothing": 0.0,
 }
 
 
@@ -106,6 +108,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, help="seed of candidate 0; candidate k uses seed + k (default 0)")
     parser.add_argument("--max-new-tokens", type=int, help="answer budget (default 128)")
+    parser.add_argument(
+        "--smoothing",
+        type=float,
+        help="weight of the plan smoother the planner node applies (output.smoothing; default 0: the "
+        "waypoints as decoded)",
+    )
     parser.add_argument(
         "--cache-order", choices=("fused", "reference"), default="fused", help="KV write order"
     )
@@ -256,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
             preset=args.preset,
             device=values["device"],
             dtype=values["dtype"],
+            smoothing=values["smoothing"],
         )
         load_s = time.perf_counter() - started
         result = planner.plan(inputs)
