@@ -50,17 +50,27 @@ def trajectory_markers(
     return MarkerArray(markers=markers)
 
 
-def draw_boxes(image_bgr: np.ndarray, boxes_px: np.ndarray, labels: Sequence[str]) -> np.ndarray:
-    """A copy of the frame with each box and its label drawn (rviz's Image display shows it)."""
+def draw_boxes(
+    image_bgr: np.ndarray,
+    boxes_px: np.ndarray,
+    labels: Sequence[str],
+    scores: Sequence[float] = (),
+) -> np.ndarray:
+    """A copy of the frame with each box and its label (and score, when given) drawn (rviz's Image display
+    shows it)."""
     import cv2
 
     canvas = np.ascontiguousarray(image_bgr).copy()
-    for (x1, y1, x2, y2), label in zip(np.asarray(boxes_px).reshape(-1, 4), labels, strict=True):
+    boxes = np.asarray(boxes_px).reshape(-1, 4)
+    captions = (
+        [f"{label} {score:.2f}" for label, score in zip(labels, scores, strict=True)] if scores else labels
+    )
+    for (x1, y1, x2, y2), caption in zip(boxes, captions, strict=True):
         top_left, bottom_right = (round(x1), round(y1)), (round(x2), round(y2))
         cv2.rectangle(canvas, top_left, bottom_right, (0, 200, 255), 2)
         cv2.putText(
             canvas,
-            label,
+            caption,
             (top_left[0], max(top_left[1] - 4, 10)),
             cv2.FONT_HERSHEY_SIMPLEX,
             0.5,

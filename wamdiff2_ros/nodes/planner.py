@@ -440,7 +440,7 @@ class PlannerNode(Node):
             return
         self.pub_detections.publish(message)
         if self.pub_detection_image.get_subscription_count() > 0:
-            drawn = draw_boxes(frame.image_rgb[:, :, ::-1], output.boxes_px, output.labels)
+            drawn = draw_boxes(frame.image_rgb[:, :, ::-1], output.boxes_px, output.labels, output.scores)
             self.pub_detection_image.publish(numpy_to_image(drawn, "bgr8", frame.header))
 
     def _on_inference_error(self, item: WorkItem, error: BaseException) -> None:
