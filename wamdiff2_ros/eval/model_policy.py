@@ -86,9 +86,8 @@ class ScoredModelPolicy(ModelPolicy):
     """The planner and scorer nodes in the loop: the planner's K candidates, its detection (the K answers
     fused, as the node's) after every ``detect_every``-th plan (the boxes kept in between, as the scorer
     keeps the latest, so a plan is scored against the boxes of an earlier frame), and the candidate the
-    online PDM scorer selects. Counts
-    how often the scorer drove another candidate than the greedy one, and how often it did so because
-    candidate 0 hit a detected vehicle.
+    online PDM scorer selects. Counts how often the scorer drove another candidate than the greedy one, and
+    how often it did so because candidate 0 hit a detected vehicle.
 
     Args:
         planner: the model, configured with K > 1 candidates (the node's: candidate 0 greedy).
