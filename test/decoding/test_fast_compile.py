@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.device_loop import step_tail
+from wamdiff2_ros.decoding.device_loop import block_end, step_tail
 from wamdiff2_ros.decoding.engine import decode
 from wamdiff2_ros.decoding.fast import FastDecoder
 from wamdiff2_ros.decoding.fast_model import LeanDecoder, compiled
@@ -91,6 +91,31 @@ def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
             assert (actual is expected is None) or torch.equal(actual, expected), name
     assert int(eager[6]) == 1 and bool((eager[1] != masked).any())  # the step committed something
     assert bool((eager[2] < 1).any())  # and its tokens carry their probabilities
+
+
+def test_compiled_block_end_fills_as_the_uncompiled_one(tokenizer):
+    # The device loop's block end with a grammar (leftover fill, its probabilities, the automaton state).
+    from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
+    from wamdiff2_ros.decoding.engine import planning_grammar
+
+    grammar = DeviceGrammar(planning_grammar(tokenizer, DecodeConfig(max_new_tokens=128)), "cpu", MASK_ID)
+    generator = torch.Generator().manual_seed(4)
+    states = torch.zeros(ROWS, dtype=torch.int64)
+    tokens = torch.full((ROWS, SIZE), MASK_ID)
+    masked = torch.ones(ROWS, SIZE, dtype=torch.bool)
+    budget = (states, torch.tensor(SIZE), torch.tensor(96))
+    allowed = grammar.allowed(states, tokens, masked, budget[1], budget[2])
+    logits = torch.randn(ROWS, SIZE, grammar.num_columns, generator=generator).masked_fill(
+        ~allowed, -torch.inf
+    )
+    x0 = grammar.token_ids[logits.argmax(-1)]
+    x0_probability = torch.softmax(logits, -1).amax(-1)
+    arguments = (grammar, logits, x0, x0_probability, tokens, masked, torch.ones(ROWS, SIZE), budget)
+    finished = torch.zeros(ROWS, dtype=torch.bool)
+    eager, fast = (end(*arguments, finished, 151645) for end in (block_end, compiled(block_end)))
+    assert torch.equal(fast[0], eager[0]) and torch.equal(fast[2], eager[2])  # tokens, automaton states
+    torch.testing.assert_close(fast[1], eager[1])  # the filled tokens' probabilities
+    assert bool((eager[1] < 1).all())
 
 
 def test_a_shared_decoder_must_match_the_compile_and_weights_settings(tiny_model, planning_prompt):
