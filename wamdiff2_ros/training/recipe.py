@@ -31,8 +31,8 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``closed_loop``: ``model`` and the baselines drive seeded episodes (``policies``, default expert,
   constant-velocity, model and model-scored; ``episodes`` from ``seed``, default 100 from 1000, never a
   training seed; ``width`` of the renders, ``route_m``, ``max_s``, ``block_size``, ``steps``,
-  ``commit_rule``, ``detect_every``, ``workers``: CPU processes side by side) -> ``report.json``
-  (``wamdiff2 eval closed-loop``'s).
+  ``commit_rule``, ``detect_every``, ``smoothing``: the planner node's plan smoother, default 0 as decoded,
+  ``workers``: CPU processes side by side) -> ``report.json`` (``wamdiff2 eval closed-loop``'s).
 - ``bundle``: ``model`` (a pack) installed into the folder ``to`` (e.g. ``models/default``; its card and
   tokenizer files stay) and the card's tables rewritten from ``evaluations``, evaluate and closed-loop
   steps, each evaluate step's ADE also paired with that of ``reference`` (an evaluate step, e.g. the
@@ -550,6 +550,7 @@ def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
         progress=False,
         workers=step.get("workers", 1),
         commit_rule=step.get("commit_rule"),
+        smoothing=step.get("smoothing", 0.0),
     )
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return out / "report.json"
