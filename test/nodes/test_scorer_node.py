@@ -108,3 +108,18 @@ def test_without_obstacles_the_farthest_safe_candidate_wins_and_is_republished(s
     _, probe, _ = scorer
     republished = [t for t in probe.received[f"{NODE}/output/trajectory"] if t.header.stamp == Time(sec=2000)]
     assert republished[-1] == scored.candidates[scored.selected_index]
+
+
+@pytest.mark.ros
+def test_when_every_candidate_hits_a_car_the_scorer_republishes_its_own_stop(scorer) -> None:
+    stamp = Time(sec=3000)
+    scored = score(scorer, [car_box(8.0, 0.0)], stamp, seen=lambda m: len(m.candidates) == 3)
+    assert [s.no_collision for s in scored.scores[:2]] == [0.0, 0.0] and scored.selected_index == 2
+    stop = scored.candidates[2]
+    assert stop.status == PlannedTrajectory.STATUS_DEGRADED and "scorer stop" in stop.status_reason
+    # The car is closer than a stop from 10 m/s at 6 m/s^2 needs: the hardest brake.
+    assert stop.points[-1].speed == pytest.approx(0.0)
+    assert stop.points[-1].position.x == pytest.approx(100 / 12)
+    _, probe, _ = scorer
+    republished = [t for t in probe.received[f"{NODE}/output/trajectory"] if t.header.stamp == stamp]
+    assert republished[-1] == stop

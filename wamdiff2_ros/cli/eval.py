@@ -115,6 +115,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "decoded waypoints)",
     )
     closed_loop.add_argument(
+        "--no-scorer-stop",
+        dest="scorer_stop",
+        action="store_false",
+        help="model-scored: never drive the scorer's own stop (the node's scorer stop_when_blocked false); "
+        "when every candidate hits a detected car the best-scored one is driven",
+    )
+    closed_loop.add_argument(
         "--workers", type=int, default=1, help="CPU processes driving episodes side by side (default 1)"
     )
     closed_loop.add_argument("--episodes", type=int, default=10, help="episodes per policy (default 10)")
@@ -480,6 +487,7 @@ def run_closed_loop(args: argparse.Namespace) -> int:
         workers=args.workers,
         commit_rule=args.commit_rule,
         smoothing=args.smoothing,
+        scorer_stop=args.scorer_stop,
     )
     print(_table({n: p["summary"] for n, p in report["policies"].items()}, CLOSED_LOOP_COLUMNS))
     for name, policy in report["policies"].items():

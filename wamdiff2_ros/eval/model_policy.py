@@ -86,25 +86,32 @@ class ScoredModelPolicy(ModelPolicy):
     """The planner and scorer nodes in the loop: the planner's K candidates, its detection (the K answers
     fused, as the node's) after every ``detect_every``-th plan (the boxes kept in between, as the scorer
     keeps the latest, so a plan is scored against the boxes of an earlier frame), and the candidate the
-    online PDM scorer selects. Counts how often the scorer drove another candidate than the greedy one, and
-    how often it did so because candidate 0 hit a detected vehicle.
+    online PDM scorer selects. Counts how often the scorer drove another candidate than the greedy one, how
+    often it did so because candidate 0 hit a detected vehicle, and how often it drove its own stop
+    because every candidate did.
 
     Args:
         planner: the model, configured with K > 1 candidates (the node's: candidate 0 greedy).
         camera: the rendered camera (places the boxes on the ground).
         detect_every: plans between detection answers (the node's ``output.detections_every_n``).
         detect_max_tokens: the detection answer's budget (``output.detections_max_tokens``).
+        settings: the scorer's (the scorer node's defaults when None).
     """
 
-    TALLIES = (*ModelPolicy.TALLIES, "detections", "scorer_changed", "colliding_greedy_dropped")
+    TALLIES = (*ModelPolicy.TALLIES, "detections", "scorer_changed", "colliding_greedy_dropped", "stops")
 
     def __init__(
-        self, planner: Planner, camera: Camera, detect_every: int = 5, detect_max_tokens: int = 256
+        self,
+        planner: Planner,
+        camera: Camera,
+        detect_every: int = 5,
+        detect_max_tokens: int = 256,
+        settings: ScorerSettings | None = None,
     ) -> None:
         super().__init__(planner)
-        self.camera, self.settings = camera, ScorerSettings()
+        self.camera, self.settings = camera, settings or ScorerSettings()
         self.detect_every, self.detect_max_tokens = detect_every, detect_max_tokens
-        self.detections = self.scorer_changed = self.colliding_greedy_dropped = 0
+        self.detections = self.scorer_changed = self.colliding_greedy_dropped = self.stops = 0
         self.start_episode()
 
     def start_episode(self) -> None:
@@ -118,11 +125,12 @@ class ScoredModelPolicy(ModelPolicy):
             self.fallbacks += 1
         else:  # scored against the latest boxes: the node detects after it has published the plan
             agents = agents_from_boxes(self.boxes_px, self.camera, self.settings)
-            scores, selected = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
-            plan = parsed[selected]
-            if selected != 0:
+            scored = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
+            plan = scored.trajectories[scored.selected]
+            if scored.selected != 0:
                 self.scorer_changed += 1
-                self.colliding_greedy_dropped += scores[0]["no_collision"] == 0.0
+                self.colliding_greedy_dropped += scored.scores[0]["no_collision"] == 0.0
+                self.stops += scored.stopped
         self.episode_plans += 1
         if self.episode_plans % self.detect_every == 0:  # after every detect_every-th plan, as the node
             answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
@@ -135,6 +143,7 @@ class ScoredModelPolicy(ModelPolicy):
             "detections": self.detections,
             "scorer_changed_candidate": self.scorer_changed,
             "scorer_dropped_colliding_greedy": self.colliding_greedy_dropped,
+            "scorer_stopped": self.stops,
         }
 
 
@@ -156,6 +165,7 @@ class ModelPolicySource:
     threads: int | None = None
     commit_rule: str | None = None
     smoothing: float = 0.0  # the planner's plan smoother (``decoding.smoothing``; 0: the decoded waypoints)
+    scorer_stop: bool = True  # ``scored``: the scorer's stop when every candidate hits a detected vehicle
 
     def policy(self) -> ModelPolicy:
         if self.threads:
@@ -163,7 +173,8 @@ class ModelPolicySource:
         if not self.scored:
             return ModelPolicy(self._planner(self._decode_config()))
         planner = self._planner(self._decode_config(candidates=4, temperature=0.7, greedy_first=True))
-        return ScoredModelPolicy(planner, self.camera, detect_every=self.detect_every)
+        settings = ScorerSettings(stop_when_blocked=self.scorer_stop)
+        return ScoredModelPolicy(planner, self.camera, detect_every=self.detect_every, settings=settings)
 
     def sampling(self, candidates: int, temperature: float) -> ModelPolicy:
         """The same model sampling ``candidates`` plans at ``temperature`` (its ``candidates`` are what
@@ -200,10 +211,12 @@ def closed_loop_report(
     workers: int = 1,
     commit_rule: str | None = None,
     smoothing: float = 0.0,
+    scorer_stop: bool = True,
 ) -> dict:
     """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
     each model policy's report with its checkpoint and counters (decoded with ``commit_rule``; None: the
-    decoder's default; plans smoothed with weight ``smoothing``, ``decoding.smoothing``). ``workers`` > 1:
+    decoder's default; plans smoothed with weight ``smoothing``, ``decoding.smoothing``; ``scorer_stop``:
+    the scorer may drive its own stop, ``ScorerSettings.stop_when_blocked``). ``workers`` > 1:
     that many spawned CPU processes of one thread drive the episodes side by side (each model policy loaded
     once per process; an episode's result does not depend on which process drove it, or after which
     episode)."""
@@ -220,6 +233,7 @@ def closed_loop_report(
             detect_every,
             commit_rule=commit_rule,
             smoothing=smoothing,
+            scorer_stop=scorer_stop,
         )
         for n in names
         if n.startswith("model")

@@ -5,6 +5,8 @@ scorer knows only camera boxes, so it places each box on the ground through the 
 the box's bottom edge is the vehicle's rear, the vehicle is aligned with the ego and stays where it is over
 the horizon) and bounds the drivable area by a straight corridor. Progress is measured against the candidate
 that gets farthest, as NAVSIM normalises by its best proposal. Same sub-scores and composition as offline.
+When every candidate runs into a detected vehicle, the scorer adds one of its own and drives it: the
+planner's first path, braked to stand before that vehicle (``eval.stopping``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.metrics import Agents, DrivableArea, ScoringContext, pdm_subscores
+from wamdiff2_ros.eval.stopping import stopping_trajectory
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 
@@ -37,6 +40,10 @@ class ScorerSettings:
         selection: which candidate is driven (``SELECTIONS``): ``first_safe``, the first candidate that
             hits no detected vehicle (the planner's greedy plan comes first), the highest PDM score when
             every one does; ``pdm``, the highest PDM score.
+        stop_when_blocked: when every candidate hits a detected vehicle, add and drive a stop along the
+            first candidate's path (``eval.stopping``) instead of the best of them.
+        stop_margin_m: the gap that stop leaves to the vehicle.
+        max_decel_mps2: the hardest braking that stop plans.
     """
 
     lateral_bound_m: float = 5.0
@@ -44,6 +51,9 @@ class ScorerSettings:
     agent_length_m: float = 4.5
     agent_width_m: float = 1.9
     selection: str = "first_safe"
+    stop_when_blocked: bool = True
+    stop_margin_m: float = 2.0
+    max_decel_mps2: float = 6.0
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -85,14 +95,37 @@ def corridor(settings: ScorerSettings) -> DrivableArea:
     return DrivableArea((np.array([[-10.0, -b], [length, -b], [length, b], [-10.0, b]]),))
 
 
+@dataclass(frozen=True)
+class ScoredCandidates:
+    """What the scorer decided.
+
+    Attributes:
+        trajectories: the planner's candidates, then the scorer's stop when it added one.
+        scores: one dict per trajectory (keys of ``eval.metrics.pdm_subscores``).
+        selected: index of the trajectory to drive (-1: there were no candidates).
+        stop_added: the last trajectory is the scorer's stop (every candidate hit a detected vehicle).
+    """
+
+    trajectories: list[np.ndarray]
+    scores: list[dict]
+    selected: int
+    stop_added: bool = False
+
+    @property
+    def stopped(self) -> bool:
+        """The scorer's stop is driven."""
+        return self.stop_added and self.selected == len(self.trajectories) - 1
+
+
 def score_candidates(
     candidates_ego: Sequence[np.ndarray],
     velocity_ego_mps: Sequence[float],
     agents: Agents,
     settings: ScorerSettings | None = None,
-) -> tuple[list[dict], int]:
-    """Sub-scores and PDM score of each candidate, and the index of the one to drive (``settings.selection``;
-    ties of the PDM score: the earliest).
+) -> ScoredCandidates:
+    """Sub-scores and PDM score of each candidate, and which trajectory to drive (``settings.selection``;
+    ties of the PDM score: the earliest); with ``settings.stop_when_blocked``, the scorer's stop when every
+    candidate hits a detected vehicle.
 
     Args:
         candidates_ego: (8, 2) waypoint arrays in the ego frame.
@@ -100,26 +133,32 @@ def score_candidates(
         agents: detected agents (``agents_from_boxes``).
         settings: corridor and vehicle assumptions.
 
-    Returns:
-        One dict per candidate (keys of ``eval.metrics.pdm_subscores``) and the selected index (-1 if none).
-
     Raises:
         InputError: a candidate is not a finite (8, 2) array.
     """
     if not candidates_ego:
-        return [], -1
+        return ScoredCandidates([], [], -1)
     settings = settings or ScorerSettings()
-    farthest = max(candidates_ego, key=lambda c: float(np.linalg.norm(np.asarray(c)[-1])))
+    trajectories = [np.asarray(c, dtype=np.float64) for c in candidates_ego]
+    farthest = max(trajectories, key=lambda c: float(np.linalg.norm(c[-1])))
     context = ScoringContext(
         agents=agents,
-        reference_ego=np.asarray(farthest, dtype=np.float64),
+        reference_ego=farthest,
         velocity_ego_mps=np.asarray(velocity_ego_mps, dtype=np.float64),
         drivable=corridor(settings),
         current_agents_ego=agents.poses_ego[:, 0],
     )
-    scores = [pdm_subscores(np.asarray(c, dtype=np.float64), context) for c in candidates_ego]
-    best = int(np.argmax([s["pdm_score"] for s in scores]))
-    if settings.selection == "pdm":
-        return scores, best
+    scores = [pdm_subscores(c, context) for c in trajectories]
     safe = [index for index, s in enumerate(scores) if s["no_collision"] > 0.0]
-    return scores, safe[0] if safe else best
+    if not safe and settings.stop_when_blocked:
+        speed_mps = float(np.linalg.norm(context.velocity_ego_mps))
+        stop = stopping_trajectory(
+            trajectories[0], speed_mps, agents, settings.stop_margin_m, settings.max_decel_mps2
+        )
+        if stop is not None:
+            scores.append(pdm_subscores(stop, context))
+            return ScoredCandidates([*trajectories, stop], scores, len(trajectories), stop_added=True)
+    best = int(np.argmax([s["pdm_score"] for s in scores]))
+    if settings.selection == "pdm" or not safe:
+        return ScoredCandidates(trajectories, scores, best)
+    return ScoredCandidates(trajectories, scores, safe[0])

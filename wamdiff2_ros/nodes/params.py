@@ -307,6 +307,15 @@ SCORER_PARAMS: tuple[Param, ...] = (
         choices=SELECTIONS,
     ),
     Param(
+        "stop.when_blocked",
+        True,
+        "When every candidate hits a detected vehicle, republish the scorer's own stop instead: the first "
+        "candidate's path, braked to stand stop.margin_m short of the first vehicle on it (appended to the "
+        "scored set, status DEGRADED).",
+    ),
+    Param("stop.margin_m", 2.0, "Gap the scorer's stop leaves to the vehicle, m.", 0.0, 20.0),
+    Param("stop.max_decel_mps2", 6.0, "Hardest braking the scorer's stop plans, m/s^2.", 0.5, 12.0),
+    Param(
         "corridor.lateral_bound_m",
         5.0,
         "Half width of the drivable corridor around the ego's x axis, m.",

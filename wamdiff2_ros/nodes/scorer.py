@@ -7,8 +7,9 @@ camera_info, or a field-of-view guess), and the ego speed from odometry.
 Topics (private, remapped by the launch file):
   in:  ~/input/candidates (CandidateTrajectories), ~/input/detections (Detections2D),
        ~/input/camera_info (sensor_msgs/CameraInfo), ~/input/odometry (nav_msgs/Odometry)
-  out: ~/output/scored (CandidateTrajectories with scores and selected_index), ~/output/trajectory
-       (the selected PlannedTrajectory), ~/output/markers (MarkerArray), /diagnostics
+  out: ~/output/scored (CandidateTrajectories with scores and selected_index; the scorer's own stop
+       appended when every candidate hits a detected vehicle), ~/output/trajectory (the selected
+       PlannedTrajectory), ~/output/markers (MarkerArray), /diagnostics
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, PlannedTrajectory, TrajectoryScore
 from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.convert.odometry import ego_velocity_mps, stamp_ns
-from wamdiff2_ros.nodes.convert.trajectories import waypoints_of
+from wamdiff2_ros.nodes.convert.trajectories import planned_trajectory, waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
 from wamdiff2_ros.nodes.markers import trajectory_markers
@@ -59,6 +60,9 @@ class ScorerNode(Node):
             agent_length_m=p["agents.length_m"],
             agent_width_m=p["agents.width_m"],
             selection=p["selection"],
+            stop_when_blocked=p["stop.when_blocked"],
+            stop_margin_m=p["stop.margin_m"],
+            max_decel_mps2=p["stop.max_decel_mps2"],
         )
         self.mount = CameraMount(
             x_m=p["camera.mount_x_m"],
@@ -133,13 +137,18 @@ class ScorerNode(Node):
                 else Agents.none()
             )
             candidates = [waypoints_of(c) for c in msg.candidates]
-            scores, selected = score_candidates(candidates, self._velocity_mps, agents, self.settings)
+            result = score_candidates(candidates, self._velocity_mps, agents, self.settings)
         except InputError as error:
             self.health.problem("candidates", str(error))
             return
+        trajectories = list(msg.candidates)
+        if result.stop_added:
+            trajectories.append(self._stop_message(msg.candidates[0], result.trajectories[-1]))
+        if result.stopped:
+            self.health.count("stops")
         scored = CandidateTrajectories(
             header=msg.header,
-            candidates=msg.candidates,
+            candidates=trajectories,
             scores=[
                 TrajectoryScore(
                     total=s["pdm_score"],
@@ -149,15 +158,30 @@ class ScorerNode(Node):
                     ego_progress=s["ego_progress"],
                     comfort=s["comfort"],
                 )
-                for s in scores
+                for s in result.scores
             ],
-            selected_index=selected,
+            selected_index=result.selected,
         )
         self.pub_scored.publish(scored)
-        self.pub_trajectory.publish(msg.candidates[selected])
-        self.pub_markers.publish(trajectory_markers(msg.header, candidates, selected, "scorer"))
+        self.pub_trajectory.publish(trajectories[result.selected])
+        self.pub_markers.publish(
+            trajectory_markers(msg.header, result.trajectories, result.selected, "scorer")
+        )
         self.health.record_latency((time.perf_counter() - started) * 1e3, 0.0)
         self.health.count("sets_scored")
+
+    @staticmethod
+    def _stop_message(first: PlannedTrajectory, waypoints_ego: np.ndarray) -> PlannedTrajectory:
+        """The scorer's stop as a trajectory of the planner's first candidate's frame, command and model."""
+        return planned_trajectory(
+            first.header,
+            waypoints_ego,
+            status=PlannedTrajectory.STATUS_DEGRADED,
+            status_reason="scorer stop: every candidate hits a detected vehicle",
+            command=first.command,
+            decoder=first.decoder,
+            model_name=first.model_name,
+        )
 
     def _publish_diagnostics(self) -> None:
         extra = {"camera_info": "received" if self._intrinsics is not None else "none (field-of-view guess)"}
