@@ -71,6 +71,22 @@ def test_the_scored_policy_starts_each_episode_afresh() -> None:
     assert policy.counters()["plans"] == 6 and policy.counters()["detections"] == 2
 
 
+def test_the_scored_policy_stops_for_a_fresh_box_and_ignores_an_old_one() -> None:
+    # The scorer node drops detections older than detections.max_age_s (1 s): so does the closed loop.
+    camera = Camera().scaled_to_width(128)
+    (u, v) = camera.project_ego(np.array([[8.0, 0.0, 0.0]]))[0]
+    planner = _Planner()
+    planner.detect = lambda *args: SimpleNamespace(boxes_px=[[u - 5.0, v - 5.0, u + 5.0, v]])
+    policy = ScoredModelPolicy(planner, camera, detect_every=1)
+    at = lambda time_s: Observation(None, np.array([4.0, 0.0]), np.zeros(2), "straight", time_s)  # noqa: E731
+    straight = policy(at(0.0))  # no boxes yet; the car is detected after this plan
+    assert straight[-1, 0] == pytest.approx(16.0) and policy.stops == 0
+    stopped = policy(at(0.5))  # the greedy plan runs into the car seen 0.5 s ago: the scorer's stop
+    assert policy.stops == 1 and stopped[-1, 0] < 8.0 - 2.5
+    policy.boxes_time_s = -2.0  # the same box, seen 2.5 s before the next plan
+    assert policy(at(0.5))[-1, 0] == pytest.approx(16.0) and policy.stops == 1
+
+
 @pytest.mark.slow
 def test_workers_drive_the_episodes_one_process_drives(tiny_model, tokenizer, tmp_path):
     checkpoint = str(save_checkpoint(tiny_model, tmp_path / "tiny", tokenizer, pixels=(3136, 12544)))

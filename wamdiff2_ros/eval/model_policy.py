@@ -85,7 +85,8 @@ class ModelPolicy:
 class ScoredModelPolicy(ModelPolicy):
     """The planner and scorer nodes in the loop: the planner's K candidates, its detection (the K answers
     fused, as the node's) after every ``detect_every``-th plan (the boxes kept in between, as the scorer
-    keeps the latest, so a plan is scored against the boxes of an earlier frame), and the candidate the
+    keeps the latest, so a plan is scored against the boxes of an earlier frame, and not used once they are
+    older than ``settings.detections_max_age_s``, as the scorer drops them), and the candidate the
     online PDM scorer selects. Counts how often the scorer drove another candidate than the greedy one, how
     often it did so because candidate 0 hit a detected vehicle, and how often it drove its own stop
     because every candidate did.
@@ -116,7 +117,7 @@ class ScoredModelPolicy(ModelPolicy):
 
     def start_episode(self) -> None:
         """A new drive begins, as a node pair started on it: no boxes yet, the detection cadence from 0."""
-        self.boxes_px, self.episode_plans = np.zeros((0, 4)), 0
+        self.boxes_px, self.boxes_time_s, self.episode_plans = np.zeros((0, 4)), 0.0, 0
 
     def __call__(self, observation: Observation) -> np.ndarray:
         parsed = self.candidates(observation)
@@ -124,7 +125,9 @@ class ScoredModelPolicy(ModelPolicy):
             plan = constant_velocity_waypoints(observation.velocity_ego_mps)
             self.fallbacks += 1
         else:  # scored against the latest boxes: the node detects after it has published the plan
-            agents = agents_from_boxes(self.boxes_px, self.camera, self.settings)
+            fresh = observation.time_s - self.boxes_time_s <= self.settings.detections_max_age_s + 1e-6
+            boxes = self.boxes_px if fresh else np.zeros((0, 4))
+            agents = agents_from_boxes(boxes, self.camera, self.settings)
             scored = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
             plan = scored.trajectories[scored.selected]
             if scored.selected != 0:
@@ -135,6 +138,7 @@ class ScoredModelPolicy(ModelPolicy):
         if self.episode_plans % self.detect_every == 0:  # after every detect_every-th plan, as the node
             answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
             self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
+            self.boxes_time_s = observation.time_s
         return plan
 
     def counters(self) -> dict:

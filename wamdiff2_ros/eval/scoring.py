@@ -44,6 +44,8 @@ class ScorerSettings:
             first candidate's path (``eval.stopping``) instead of the best of them.
         stop_margin_m: the gap that stop leaves to the vehicle.
         max_decel_mps2: the hardest braking that stop plans.
+        detections_max_age_s: boxes of a frame older than this (against the candidates' frame) are not
+            used: a vehicle seen that long ago may be anywhere by now.
     """
 
     lateral_bound_m: float = 5.0
@@ -54,6 +56,7 @@ class ScorerSettings:
     stop_when_blocked: bool = True
     stop_margin_m: float = 2.0
     max_decel_mps2: float = 6.0
+    detections_max_age_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:

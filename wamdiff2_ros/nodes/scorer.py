@@ -63,6 +63,7 @@ class ScorerNode(Node):
             stop_when_blocked=p["stop.when_blocked"],
             stop_margin_m=p["stop.margin_m"],
             max_decel_mps2=p["stop.max_decel_mps2"],
+            detections_max_age_s=p["detections.max_age_s"],
         )
         self.mount = CameraMount(
             x_m=p["camera.mount_x_m"],
@@ -126,7 +127,7 @@ class ScorerNode(Node):
         detections = self._detections
         age_s = (stamp_ns(msg.header) - stamp_ns(detections.header)) / 1e9 if detections is not None else None
         boxes = np.zeros((0, 4))
-        if detections is not None and abs(age_s) <= self.params["detections.max_age_s"]:
+        if detections is not None and abs(age_s) <= self.settings.detections_max_age_s:
             boxes = np.array([[d.x_min, d.y_min, d.x_max, d.y_max] for d in detections.detections]).reshape(
                 -1, 4
             )
