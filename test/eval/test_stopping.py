@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wamdiff2_ros.eval.metrics import Agents
-from wamdiff2_ros.eval.stopping import stopping_trajectory
+from wamdiff2_ros.eval.metrics import EGO_LENGTH_M, EGO_WIDTH_M, Agents, boxes_overlap, footprints
+from wamdiff2_ros.eval.stopping import PATH_STEP_M, first_contact_m, stopping_trajectory
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 
 STRAIGHT_10MPS = np.stack([5.0 * np.arange(1, 9), np.zeros(8)], axis=1)
@@ -56,3 +56,37 @@ def test_standing_still_stays_put_and_a_standing_plan_looks_straight_ahead() -> 
     standing = np.zeros((8, 2))
     rolling = stopping_trajectory(standing, 5.0, parked((12.0, 0.0)))
     assert rolling[-1, 0] == pytest.approx(12.0 - 2.25 - 2.5 - 2.0, abs=0.26)
+
+
+def test_the_contact_search_finds_what_testing_every_pose_against_every_vehicle_finds() -> None:
+    rng = np.random.default_rng(0)
+    found = 0
+    for _ in range(40):
+        count = int(rng.integers(1, 8))
+        poses = np.zeros((count, NUM_WAYPOINTS, 3))
+        poses[:, :, 0] = rng.uniform(0.0, 60.0, count)[:, None]
+        poses[:, :, 1] = rng.uniform(-8.0, 8.0, count)[:, None]
+        poses[:, :, 2] = rng.uniform(-np.pi, np.pi, count)[:, None]
+        agents = Agents(poses, np.stack([rng.uniform(3.0, 12.0, count), rng.uniform(1.5, 2.6, count)], 1))
+        arc_m = np.arange(0.0, 70.0, 1.0)
+        path = np.stack([arc_m, 0.002 * arc_m**2], axis=1)  # a gentle left curve
+        arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(path, axis=0), axis=1))])
+        s_m = np.arange(0.0, arc_m[-1], PATH_STEP_M)
+        points = np.stack([np.interp(s_m, arc_m, path[:, 0]), np.interp(s_m, arc_m, path[:, 1])], 1)
+        ahead = np.stack(
+            [
+                np.interp(s_m + PATH_STEP_M, arc_m, path[:, 0]),
+                np.interp(s_m + PATH_STEP_M, arc_m, path[:, 1]),
+            ],
+            1,
+        )
+        headings = np.arctan2(*(ahead - points)[:, ::-1].T)
+        ego = footprints(
+            np.concatenate([points, headings[:, None]], 1)[None], np.array([[EGO_LENGTH_M, EGO_WIDTH_M]])
+        )
+        everyone = footprints(poses[:, :1], agents.sizes_m)[:, 0]
+        touching = boxes_overlap(ego[0][:, None], everyone[None]).any(axis=1)
+        expected = float(s_m[np.argmax(touching)]) if touching.any() else None
+        assert first_contact_m(path, arc_m, agents) == expected
+        found += expected is not None
+    assert 0 < found < 40  # both outcomes are exercised

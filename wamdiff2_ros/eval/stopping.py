@@ -44,11 +44,19 @@ def first_contact_m(path: np.ndarray, arc_m: np.ndarray, agents: Agents) -> floa
     points = _points_at(path, arc_m, s_m)
     ahead = _points_at(path, arc_m, s_m + PATH_STEP_M) - points
     poses = np.concatenate([points, np.arctan2(ahead[:, 1], ahead[:, 0])[:, None]], axis=1)
-    ego = footprints(poses[None], np.array([[EGO_LENGTH_M, EGO_WIDTH_M]]))[0]  # (S, 4, 2)
-    others = footprints(agents.poses_ego[:, :1], agents.sizes_m)[:, 0]  # (N, 4, 2) at t = 0
-    known = np.isfinite(others).all(axis=(1, 2))
-    touching = boxes_overlap(ego[:, None], others[None, known]).any(axis=1)
-    return float(s_m[np.argmax(touching)]) if touching.any() else None
+    centres, sizes = agents.poses_ego[:, 0], agents.sizes_m
+    known = np.isfinite(centres).all(axis=1)
+    centres, sizes = centres[known], sizes[known]
+    # Two boxes can only touch where their centres are within their half-diagonals: test those pairs only.
+    reach_m = np.hypot(EGO_LENGTH_M, EGO_WIDTH_M) / 2.0 + np.hypot(sizes[:, 0], sizes[:, 1]) / 2.0
+    near = np.linalg.norm(points[:, None] - centres[None, :, :2], axis=-1) <= reach_m  # (S, N)
+    samples, others = np.nonzero(near)
+    if not len(samples):
+        return None
+    ego = footprints(poses[None, samples], np.array([[EGO_LENGTH_M, EGO_WIDTH_M]]))[0]  # (P, 4, 2)
+    vehicles = footprints(centres[others][:, None], sizes[others])[:, 0]  # (P, 4, 2)
+    touching = samples[boxes_overlap(ego, vehicles)]
+    return float(s_m[touching.min()]) if len(touching) else None
 
 
 def stopping_trajectory(
