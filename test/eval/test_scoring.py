@@ -34,7 +34,7 @@ def test_candidate_that_hits_a_detected_car_loses_to_one_that_stops() -> None:
     agents = agents_from_boxes(box_around_ground_point(12.0, 0.0)[None], CAMERA, ScorerSettings())
     scored = score_candidates([STRAIGHT_10MPS, STOP_AT_6M], (10.0, 0.0), agents)
     assert scored.scores[0]["no_collision"] == 0.0 and scored.scores[0]["pdm_score"] == 0.0
-    assert scored.scores[1]["no_collision"] == 1.0 and scored.selected == 1 and not scored.stop_added
+    assert scored.scores[1]["no_collision"] == 1.0 and scored.selected == 1 and not scored.stopped
 
 
 PDM = ScorerSettings(selection="pdm")
@@ -66,7 +66,7 @@ def test_every_candidate_colliding_drives_the_scorers_stop_along_the_first_path(
     car_ahead = agents_from_boxes(box_around_ground_point(20.0, 0.0)[None], CAMERA, ScorerSettings())
     slower = np.stack([4.0 * np.arange(1, 9), np.zeros(8)], axis=1)
     scored = score_candidates([slower, STRAIGHT_10MPS], (10.0, 0.0), car_ahead)
-    assert scored.stop_added and scored.stopped and len(scored.trajectories) == len(scored.scores) == 3
+    assert scored.stopped and scored.selected == 2 and len(scored.trajectories) == len(scored.scores) == 3
     assert [s["no_collision"] for s in scored.scores] == [0.0, 0.0, 1.0]
     stop = scored.trajectories[2]
     assert np.all(stop[:, 1] == 0.0) and np.all(np.diff(stop[:, 0]) >= 0.0)
@@ -82,7 +82,7 @@ def test_without_the_stop_every_candidate_colliding_drives_the_best_score() -> N
     scored = score_candidates(
         [slower, STRAIGHT_10MPS], (10.0, 0.0), car_ahead, ScorerSettings(stop_when_blocked=False)
     )
-    assert all(s["no_collision"] == 0.0 for s in scored.scores) and not scored.stop_added
+    assert all(s["no_collision"] == 0.0 for s in scored.scores) and not scored.stopped
     assert scored.selected == int(np.argmax([s["pdm_score"] for s in scored.scores]))
 
 

@@ -106,18 +106,14 @@ class ScoredCandidates:
         trajectories: the planner's candidates, then the scorer's stop when it added one.
         scores: one dict per trajectory (keys of ``eval.metrics.pdm_subscores``).
         selected: index of the trajectory to drive (-1: there were no candidates).
-        stop_added: the last trajectory is the scorer's stop (every candidate hit a detected vehicle).
+        stopped: the last trajectory is the scorer's stop, and the one selected (every candidate hit a
+            detected vehicle).
     """
 
     trajectories: list[np.ndarray]
     scores: list[dict]
     selected: int
-    stop_added: bool = False
-
-    @property
-    def stopped(self) -> bool:
-        """The scorer's stop is driven."""
-        return self.stop_added and self.selected == len(self.trajectories) - 1
+    stopped: bool = False
 
 
 def score_candidates(
@@ -160,7 +156,7 @@ def score_candidates(
         )
         if stop is not None:
             scores.append(pdm_subscores(stop, context))
-            return ScoredCandidates([*trajectories, stop], scores, len(trajectories), stop_added=True)
+            return ScoredCandidates([*trajectories, stop], scores, len(trajectories), stopped=True)
     best = int(np.argmax([s["pdm_score"] for s in scores]))
     if settings.selection == "pdm" or not safe:
         return ScoredCandidates(trajectories, scores, best)

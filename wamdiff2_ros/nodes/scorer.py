@@ -143,9 +143,8 @@ class ScorerNode(Node):
             self.health.problem("candidates", str(error))
             return
         trajectories = list(msg.candidates)
-        if result.stop_added:
-            trajectories.append(self._stop_message(msg.candidates[0], result.trajectories[-1]))
         if result.stopped:
+            trajectories.append(self._stop_message(msg.candidates[0], result.trajectories[-1]))
             self.health.count("stops")
         scored = CandidateTrajectories(
             header=msg.header,
