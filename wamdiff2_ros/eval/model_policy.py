@@ -21,6 +21,7 @@ import torch
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.eval.baselines import constant_velocity_waypoints
+from wamdiff2_ros.eval.metrics import Agents
 from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
@@ -124,10 +125,8 @@ class ScoredModelPolicy(ModelPolicy):
         if not parsed:
             plan = constant_velocity_waypoints(observation.velocity_ego_mps)
             self.fallbacks += 1
-        else:  # scored against the latest boxes: the node detects after it has published the plan
-            fresh = observation.time_s - self.boxes_time_s <= self.settings.detections_max_age_s + 1e-6
-            boxes = self.boxes_px if fresh else np.zeros((0, 4))
-            agents = agents_from_boxes(boxes, self.camera, self.settings)
+        else:
+            agents = self.scorer_agents(observation)
             scored = score_candidates(parsed, observation.velocity_ego_mps, agents, self.settings)
             plan = scored.trajectories[scored.selected]
             if scored.selected != 0:
@@ -136,10 +135,21 @@ class ScoredModelPolicy(ModelPolicy):
                 self.stops += scored.stopped
         self.episode_plans += 1
         if self.episode_plans % self.detect_every == 0:  # after every detect_every-th plan, as the node
-            answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
-            self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
-            self.boxes_time_s = observation.time_s
+            self.detect(observation)
         return plan
+
+    def scorer_agents(self, observation: Observation) -> Agents:
+        """The vehicles the scorer sees: the latest boxes (the node detects after it has published the
+        plan), none once they are older than ``settings.detections_max_age_s``."""
+        fresh = observation.time_s - self.boxes_time_s <= self.settings.detections_max_age_s + 1e-6
+        boxes = self.boxes_px if fresh else np.zeros((0, 4))
+        return agents_from_boxes(boxes, self.camera, self.settings)
+
+    def detect(self, observation: Observation) -> None:
+        """The planner's detection answer on this frame, kept for the plans that follow."""
+        answer = self.planner.detect(observation.image_rgb, detection_user_text(), self.detect_max_tokens)
+        self.boxes_px, self.detections = np.asarray(answer.boxes_px).reshape(-1, 4), self.detections + 1
+        self.boxes_time_s = observation.time_s
 
     def counters(self) -> dict:
         """The model's counters, plus detections run and the scorer's choices."""
