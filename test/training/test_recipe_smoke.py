@@ -25,6 +25,7 @@ def test_a_dagger_round_runs_its_steps_and_the_data_they_read_from_the_given_pac
     data = ["train_scenes_d", "event_scenes_d", "event_scenes_start_d", "junction_scenes_d"]
     data += ["selection_scenes_d", "heldout_scenes_d"]
     round7 = ["rollouts7", "event_rollouts7", "with_rollouts7", "b32_dagger7", "bundled7", "heldout7"]
+    round7 += ["b32_dagger7_seed1", "bundled7_seed1"]  # the second seed trains before the evaluations
     assert set(steps) == {"bundled6", *data, *round7, "closed_loop7"}
     assert steps["bundled6"] == {"name": "bundled6", "kind": "init"}  # a stand-in: finished in the state
     assert yaml.safe_load((tmp_path / "run" / "recipe_state.json").read_text()) == {"bundled6": str(tmp_path)}
