@@ -39,8 +39,10 @@ ROUTE_TOLERANCE_M = 2.0
 class OracleScoredPolicy(ScoredModelPolicy):
     """The scorer's agents from the live scene (``mode``: static or moving), no detection decoded."""
 
-    def __init__(self, policy: ScoredModelPolicy, mode: str, range_m: float) -> None:
-        self.__dict__ |= policy.__dict__
+    def __init__(self, scored: ScoredModelPolicy, mode: str, range_m: float) -> None:
+        super().__init__(
+            scored.planner, scored.camera, scored.detect_every, scored.detect_max_tokens, scored.settings
+        )
         self.mode, self.range_m, self.scene = mode, range_m, None
 
     def candidates(self, observation: Observation) -> list[np.ndarray]:
@@ -69,9 +71,8 @@ class OracleScoredPolicy(ScoredModelPolicy):
             if ahead <= 0.5 or np.hypot(x, y) > self.range_m or abs(np.arctan2(y, ahead)) > HALF_FOV_RAD:
                 continue
             yaw = float(wrap_angle(agent.yaw_rad - ego.yaw_rad))
-            moved = agent.speed_mps * WAYPOINT_DT_S * np.arange(1, NUM_WAYPOINTS + 1)
-            if self.mode == "static":
-                moved = moved * 0.0
+            speed_mps = agent.speed_mps if self.mode == "moving" else 0.0
+            moved = speed_mps * WAYPOINT_DT_S * np.arange(1, NUM_WAYPOINTS + 1)
             poses = np.stack([x + moved * np.cos(yaw), y + moved * np.sin(yaw), np.full_like(moved, yaw)], 1)
             rows.append(poses)
             sizes.append([agent.length_m, agent.width_m])
