@@ -2,6 +2,7 @@
 # One device-tool job of a training recipe: install the carried wheels, run `wamdiff2 train recipe RECIPE`
 # on the run folder for at most SECONDS, and return what the next job or the model card needs.
 # Usage on the device machine: bash tools/device_recipe.sh RECIPE RUN_DIR SECONDS [--until STEP]
+# [--only-needed] [--given STEP=FOLDER] (`train recipe`'s options: a new run folder from the bundled model)
 # (carry `train_wheels`: transformers 5.24, highway-env, gymnasium, farama-notifications, pygame 2.6.1,
 # pycocotools; the tokenizer is staged from models/default below; fetched once with `pip download --no-deps --python-version 3.12 --only-binary=:all:
 # --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d train_wheels NAME==VERSION`, the
@@ -51,6 +52,8 @@ with tarfile.open(out / "run.tar.gz", "w:gz") as tar:  # small: what says how th
 # state is ~120 MB: it does not come back, so such a step must finish on the warm machine); here: `cat
 # ckpt.tar.gz.part* | tar xz -C runs`.
 folders = carried_outputs(recipe, state) + resume_checkpoints(recipe, run, state)
+# a step given from the repository (`--given bundled4=models/default`) travels with the working tree
+folders = [f for f in folders if Path(f).resolve().is_relative_to(run.resolve())]
 files = [f for folder in folders for f in sorted(Path(folder).rglob("*")) if f.is_file() and f.name != "tokenizer.json"]
 if files:
     whole = Path("/tmp/ckpt.tar.gz")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from wamdiff2_ros.training.recipe import load_recipe, references, run_recipe
+from wamdiff2_ros.training.recipe import load_recipe, needed_steps, run_recipe
 
 SHRINK = {  # by step kind: keys set over the step's own
     "generate": {"samples": 12, "workers": 2},
@@ -36,20 +36,6 @@ SHRINK = {  # by step kind: keys set over the step's own
 VOCABULARY_SAMPLES = 300  # a data step a vocabulary is cut from: enough to hold every answer word
 TRAIN_SHRINK = {"max_steps": 2, "max_phase_s": 0, "global_batch_size": 8, "local_batch_size": 8}
 TRAINING_SHRINK = {"num_workers": 1, "heldout_every_steps": 0, "autocast_bf16": False}
-
-
-def chain(steps: dict[str, dict], targets: list[str], given: set[str]) -> list[str]:
-    """The ``targets`` and every step they read, transitively, stopping at the given ones (recipe order)."""
-    needed, todo = set(), list(targets)
-    while todo:
-        name = todo.pop()
-        if name in needed or name in given:
-            continue
-        if name not in steps:
-            raise SystemExit(f"no step {name!r} in the recipe")
-        needed.add(name)
-        todo += references(steps[name])
-    return [name for name in steps if name in needed]
 
 
 def targets(names: list[str], after: str | None, until: str) -> list[str]:
@@ -66,7 +52,7 @@ def smoke_recipe(recipe_path: str, out: Path, after: str | None, until: str, giv
     """Write the shrunk recipe and a run folder whose state holds the given outputs; returns the recipe."""
     recipe = load_recipe(recipe_path)
     steps = {step["name"]: step for step in recipe.steps}
-    names = chain(steps, targets(recipe.names, after, until), set(given))
+    names = needed_steps(recipe, targets(recipe.names, after, until), set(given))
     # A reduced vocabulary keeps the ids of its data steps' texts: at 12 samples a rare answer ("yes" of a
     # question) can be missing from them and present in a later step's data, which then fails to train.
     vocabulary_data = {ref for name in names for ref in steps[name].get("vocab_from", [])}

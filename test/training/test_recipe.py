@@ -152,6 +152,29 @@ def test_until_stops_after_the_named_step(tmp_path) -> None:
         run_recipe(recipe, until="nothing", log=lambda line: None)
 
 
+def test_a_new_run_goes_on_from_a_given_output_running_only_what_the_target_needs(tmp_path) -> None:
+    recipe = load_recipe(_recipe(tmp_path))
+    elsewhere = run_recipe(recipe, tmp_path / "first", until="init", log=lambda line: None)["init"]
+    lines: list[str] = []
+    outputs = run_recipe(
+        recipe,
+        tmp_path / "second",
+        until="small",
+        given={"teacher": elsewhere},
+        only_needed=True,
+        log=lines.append,
+    )
+    # the vocabulary cut reads the teacher (given) and the scenes (made); the random start is not needed
+    assert list(outputs) == ["teacher", "scenes", "small"] and outputs["teacher"] == elsewhere
+    assert lines[0] == f"teacher: given -> {elsewhere}" and not any("] init (" in line for line in lines)
+    state = json.loads((tmp_path / "second" / "recipe_state.json").read_text())
+    assert state == outputs
+    with pytest.raises(InputError, match="given nothing="):
+        run_recipe(recipe, tmp_path / "third", given={"nothing": elsewhere}, log=lambda line: None)
+    with pytest.raises(InputError, match="--until"):
+        run_recipe(recipe, tmp_path / "third", only_needed=True, log=lambda line: None)
+
+
 def test_a_time_limit_leaves_steps_that_do_not_fit_and_stops_training_resumably(
     tmp_path, monkeypatch
 ) -> None:

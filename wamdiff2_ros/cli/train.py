@@ -55,18 +55,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="seconds this run may take: training stops before it with a checkpoint, and steps that no "
         "longer fit (their expected_s) are left; run again with --resume to go on",
     )
+    recipe.add_argument(
+        "--given",
+        action="append",
+        default=[],
+        metavar="STEP=FOLDER",
+        help="a step's output made elsewhere, recorded as finished (e.g. bundled4=models/default: a new "
+        "run folder goes on from the bundled model); repeatable",
+    )
+    recipe.add_argument(
+        "--only-needed",
+        action="store_true",
+        help="run only --until and the unfinished steps it reads, not every unfinished step before it",
+    )
     recipe.set_defaults(func=run_recipe)
 
 
 def run_recipe(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.training import recipe
 
-    loaded = recipe.load_recipe(args.recipe)
     run_dir = Path(args.resume) if args.resume else None
+    loaded = recipe.load_recipe(args.recipe)
+    if any("=" not in item for item in args.given):
+        raise InputError(f"--given takes STEP=FOLDER, got {args.given}")
     outputs = recipe.run_recipe(
-        loaded, run_dir, until=args.until, device=args.device, time_limit=args.time_limit
+        loaded,
+        run_dir,
+        until=args.until,
+        device=args.device,
+        time_limit=args.time_limit,
+        given=dict(item.split("=", 1) for item in args.given),
+        only_needed=args.only_needed,
     )
     print(json.dumps(outputs, indent=2))
     return 0

@@ -146,6 +146,27 @@ def references(step: dict[str, Any]) -> list[str]:
     ]
 
 
+def needed_steps(recipe: Recipe, targets: list[str], finished: dict[str, str] | set[str]) -> list[str]:
+    """The ``targets`` and every step they read, directly or through another, back to the ``finished``
+    ones, which are not included (recipe order).
+
+    Raises:
+        InputError: a name that is no step of the recipe.
+    """
+    steps = {step["name"]: step for step in recipe.steps}
+    needed: set[str] = set()
+    todo = list(targets)
+    while todo:
+        name = todo.pop()
+        if name in needed or name in finished:
+            continue
+        if name not in steps:
+            raise InputError(f"no step {name!r} in {recipe.path}")
+        needed.add(name)
+        todo += references(steps[name])
+    return [name for name in recipe.names if name in needed]
+
+
 DATA_KINDS = ("generate", "dagger", "merge")  # remade from their seeds and references when missing
 
 
@@ -191,6 +212,8 @@ def run_recipe(
     device: str | None = None,
     log: Callable[[str], None] = print,
     time_limit: float | None = None,
+    given: dict[str, str] | None = None,
+    only_needed: bool = False,
 ) -> dict[str, str]:
     """Run the recipe's unfinished steps in order, up to and including ``until``.
 
@@ -202,19 +225,30 @@ def run_recipe(
         log: where progress lines go (they are also appended to the run folder's ``recipe.log``).
         time_limit: seconds this call may take (None: no limit); it stops early, resumably (module
             docstring).
+        given: outputs made elsewhere, recorded as finished steps (step name -> its folder, e.g. a bundled
+            model for the pack it was installed from: a new run folder goes on from it).
+        only_needed: run only ``until`` and the unfinished steps it reads, directly or through another
+            (``needed_steps``), not every unfinished step before it.
 
     Returns:
         Every finished step's output path, by step name.
 
     Raises:
-        InputError: ``until`` names no step.
+        InputError: ``until`` names no step, ``given`` names no step or a missing folder, or
+            ``only_needed`` without ``until``.
     """
     if until is not None and until not in recipe.names:
         raise InputError(f"--until {until!r} is not a step of {recipe.path}: {recipe.names}")
+    if only_needed and until is None:
+        raise InputError("only the steps --until needs: name the step (--until)")
+    for name, path in (given or {}).items():
+        if name not in recipe.names or not Path(path).exists():
+            raise InputError(f"given {name}={path}: no such step in {recipe.path}, or no such folder")
     run = Path(run_dir or recipe.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     state_path = run / STATE
     outputs: dict[str, str] = json.loads(state_path.read_text()) if state_path.exists() else {}
+    outputs |= given or {}
     deadline = None if time_limit is None else time.time() + time_limit
     command = f"wamdiff2 train recipe {recipe.path} --resume {run} --until"
     context = _Context(run, device or recipe.device, recipe.training, outputs, deadline, command)
@@ -235,11 +269,22 @@ def run_recipe(
                     note(f"{name} ({step['kind']}): changed since the last run, to be made again")
             state_path.write_text(json.dumps(outputs, indent=1) + "\n")
         shutil.copyfile(recipe.path, copy)
+    for name, path in (given or {}).items():
+        note(f"{name}: given -> {path}")
+    state_path.write_text(json.dumps(outputs, indent=1) + "\n")
 
-    remake = _missing_inputs(recipe, outputs, until)
+    last = recipe.names.index(until) if until else len(recipe.steps) - 1
+    if only_needed:
+        pending = needed_steps(recipe, [until], outputs)
+    else:
+        pending = [name for name in recipe.names[: last + 1] if name not in outputs]
+    remake = _missing_inputs(recipe, outputs, pending)
+    needed = set(pending) | remake if only_needed else None
     for index, step in enumerate(recipe.steps, 1):
         name = step["name"]
         prefix = f"[{index}/{len(recipe.steps)}] {name} ({step['kind']})"
+        if needed is not None and name not in needed:
+            continue
         if name in outputs and name not in remake:
             note(f"{prefix}: done earlier -> {outputs[name]}")
         else:
@@ -293,14 +338,11 @@ def _changed_steps(recipe: Recipe, previous: dict[str, Any]) -> list[str]:
     return changed
 
 
-def _missing_inputs(recipe: Recipe, outputs: dict[str, str], until: str | None) -> set[str]:
-    """The finished steps to run again: those whose output is gone while a step still to run (up to
-    ``until``) reads it, directly or through another one run again."""
+def _missing_inputs(recipe: Recipe, outputs: dict[str, str], pending: list[str]) -> set[str]:
+    """The finished steps to run again: those whose output is gone while a ``pending`` step (one still to
+    run) reads it, directly or through another one run again."""
     steps = {step["name"]: step for step in recipe.steps}
-    last = recipe.names.index(until) if until else len(recipe.steps) - 1
-    wanted = [
-        ref for step in recipe.steps[: last + 1] if step["name"] not in outputs for ref in references(step)
-    ]
+    wanted = [ref for name in pending for ref in references(steps[name])]
     remake: set[str] = set()
     while wanted:
         name = wanted.pop()
