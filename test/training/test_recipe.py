@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 
@@ -173,6 +174,40 @@ def test_a_new_run_goes_on_from_a_given_output_running_only_what_the_target_need
         run_recipe(recipe, tmp_path / "third", given={"nothing": elsewhere}, log=lambda line: None)
     with pytest.raises(InputError, match="--until"):
         run_recipe(recipe, tmp_path / "third", only_needed=True, log=lambda line: None)
+
+
+def test_a_merge_lists_the_turns_more_often(tmp_path) -> None:
+    from wamdiff2_ros.model.prompt import format_waypoints
+    from wamdiff2_ros.sim.dataset import write_command_rule
+    from wamdiff2_ros.sim.export import record
+
+    data = tmp_path / "data"
+    data.mkdir()
+    ends = {"straight": 0.0, "left": 3.5, "slight": -2.0, "right": -6.0}
+    plans = [
+        record(name, "images/a.png", "plan", format_waypoints(np.linspace([1, 0], [8, end], 8), 2))
+        for name, end in ends.items()
+    ]
+    (data / "planning.json").write_text(json.dumps(plans))
+    (data / "detection.json").write_text(json.dumps([record("d", "images/a.png", "boxes", "none")]))
+    (data / "qa.json").write_text("[]")
+    (data / "camera.json").write_text("{}")
+    write_command_rule(data, "branch")
+    recipe = {
+        "run_dir": str(tmp_path / "run"),
+        "device": "cpu",
+        "steps": [
+            {"name": "scenes", "kind": "generate", "samples": 4},
+            {"name": "weighted", "kind": "merge", "from": ["scenes"], "repeat": {"scenes": 2},
+             "turns": {"min_lateral_m": 3.0, "repeat": 3}},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    outputs = run_recipe(load_recipe(path), given={"scenes": str(data)}, log=lambda line: None)
+    merged = json.loads((Path(outputs["weighted"]) / "planning.json").read_text())
+    assert [item["id"] for item in merged] == ["straight"] * 2 + ["left"] * 6 + ["slight"] * 2 + ["right"] * 6
+    assert len(json.loads((Path(outputs["weighted"]) / "detection.json").read_text())) == 2  # plans only
 
 
 def test_a_time_limit_leaves_steps_that_do_not_fit_and_stops_training_resumably(

@@ -16,7 +16,8 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute; their
   command rules must agree);
   ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
-  reached).
+  reached); ``turns`` (``{min_lateral_m: m, repeat: n}``) lists each planning record whose answer ends m
+  metres or more to either side n times more (the turns, a few per cent of the drives).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
   ``hidden``, ``vision_depth``, ``vision_hidden``; ``vocab_from``: data steps whose ids the vocabulary
   keeps) -> a checkpoint.
@@ -422,13 +423,17 @@ def _merge(step: dict[str, Any], context: _Context) -> Path:
     out = context.folder(step)
     out.mkdir(parents=True, exist_ok=True)
     repeat = step.get("repeat", {})
+    turns = step.get("turns", {})
     for task in ("planning", "detection", "qa"):
         merged = []
         for name in step["from"]:
             folder = context.output(name)
             for item in json.loads((folder / f"{task}.json").read_text()):
                 absolute = item | {"image": [str((folder / path).resolve()) for path in item["image"]]}
-                merged += [absolute] * repeat.get(name, 1)
+                times = repeat.get(name, 1)
+                if task == "planning" and turns and _plan_end_lateral_m(item) >= turns["min_lateral_m"]:
+                    times *= turns["repeat"]
+                merged += [absolute] * times
         (out / f"{task}.json").write_text(json.dumps(merged, indent=1))
     shutil.copyfile(context.output(step["from"][0]) / "camera.json", out / "camera.json")
     rules = {load_command_rule(context.output(name)) for name in step["from"]}
@@ -436,6 +441,13 @@ def _merge(step: dict[str, Any], context: _Context) -> Path:
         raise InputError(f"step {step['name']!r} merges data of different command rules: {sorted(rules)}")
     write_command_rule(out, rules.pop())
     return out
+
+
+def _plan_end_lateral_m(record: dict) -> float:
+    """How far to the side (either way) a planning record's answer ends, in metres."""
+    from wamdiff2_ros.model.parse import parse_waypoints
+
+    return abs(float(parse_waypoints(record["conversations"][-1]["value"])[-1, 1]))
 
 
 def _kept_ids(step: dict[str, Any], context: _Context) -> list[int] | None:
