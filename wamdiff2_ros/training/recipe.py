@@ -17,7 +17,7 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   command rules must agree);
   ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
   reached); ``turns`` (``{min_lateral_m: m, repeat: n}``) lists each planning record whose answer ends m
-  metres or more to either side n times more (the turns, a few per cent of the drives).
+  metres or more to either side n times as often (the turns, a few per cent of the drives).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
   ``hidden``, ``vision_depth``, ``vision_hidden``; ``vocab_from``: data steps whose ids the vocabulary
   keeps) -> a checkpoint.
@@ -274,10 +274,10 @@ def run_recipe(
         note(f"{name}: given -> {path}")
     state_path.write_text(json.dumps(outputs, indent=1) + "\n")
 
-    last = recipe.names.index(until) if until else len(recipe.steps) - 1
     if only_needed:
         pending = needed_steps(recipe, [until], outputs)
     else:
+        last = recipe.names.index(until) if until else len(recipe.steps) - 1
         pending = [name for name in recipe.names[: last + 1] if name not in outputs]
     remake = _missing_inputs(recipe, outputs, pending)
     needed = set(pending) | remake if only_needed else None
