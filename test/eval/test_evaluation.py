@@ -209,3 +209,19 @@ def test_a_failure_the_expert_has_on_the_same_seed_is_counted_as_the_scenes():
         "failure_modes_expert_too"
         not in closed_loop_report_of([1], None, {"m": rows["model"][:1]})["policies"]["m"]["summary"]
     )
+
+
+def test_a_probe_policys_report_sums_the_tallies_of_its_episodes():
+    from wamdiff2_ros.eval.closed_loop import policy_report_of
+
+    def row(seed):
+        scores = {"driving_score": 1.0, "route_completion": 1.0, "collisions": 0, "off_road_events": 0}
+        ending = {"end_reason": "completed", "failure_mode": "completed"}
+        return {"seed": seed, "kind": "highway", **ending, **scores}
+
+    results = [(row(1), {"plans": 3, "forwards": 60}), (row(2), {"plans": 2, "forwards": 44})]
+    report = policy_report_of([1, 2], "highway", "probe", results, "models/default")
+    entry = report["policies"]["probe"]
+    assert report["seeds"] == [1, 2] and report["kind"] == "highway"
+    assert entry["tallies"] == {"plans": 5, "forwards": 104} and entry["source"] == "models/default"
+    assert [e["seed"] for e in entry["episodes"]] == [1, 2] and entry["summary"]["episodes"] == 2

@@ -27,7 +27,7 @@ import torch
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
-from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, episode_row
+from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of
 from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, model_policy_factory
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import PromptTensors, build_planning_prompt
@@ -170,12 +170,7 @@ def main() -> None:
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         results = pool.map(_job, jobs, chunksize=1)
     name = f"model-guided-{args.weight:g}" + ("-lateral" if args.lateral_only else "")
-    report = closed_loop_report_of(seeds, args.kind, {name: [row for row, _ in results]})
-    tallies: dict[str, int] = {}
-    for _, counts in results:
-        for key, count in counts.items():
-            tallies[key] = tallies.get(key, 0) + count
-    report["policies"][name] |= {"source": args.model, "tallies": tallies}
+    report = policy_report_of(seeds, args.kind, name, results, args.model)
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=1)
     summary = report["policies"][name]

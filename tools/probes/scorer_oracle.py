@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from wamdiff2_ros.eval.closed_loop import closed_loop_report_of, episode_row
+from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of
 from wamdiff2_ros.eval.metrics import Agents
 from wamdiff2_ros.eval.model_policy import ModelPolicySource, ScoredModelPolicy
 from wamdiff2_ros.geometry import Camera, ego_to_map, map_to_ego, wrap_angle
@@ -124,12 +124,7 @@ def main() -> None:
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         results = pool.map(_job, jobs)
     name = f"model-scored-oracle-{args.mode}"
-    report = closed_loop_report_of(seeds, None, {name: [row for row, _ in results]})
-    tallies: dict[str, int] = {}
-    for _, counts in results:
-        for key, count in counts.items():
-            tallies[key] = tallies.get(key, 0) + count
-    report["policies"][name] |= {"source": args.model, "tallies": tallies}
+    report = policy_report_of(seeds, None, name, results, args.model)
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=1)
     summary = report["policies"][name]

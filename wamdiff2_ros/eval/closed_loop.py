@@ -93,6 +93,21 @@ def evaluate_closed_loop(
     return closed_loop_report_of(seeds, kind, rows)
 
 
+def policy_report_of(
+    seeds: list[int], kind: str | None, name: str, results: list[tuple[dict, dict[str, int]]], source: str
+) -> dict:
+    """The report of one model policy driven outside ``closed_loop_report`` (a probe's worker pool):
+    ``results`` holds each seed's (episode row, the tallies the policy added), in ``seeds`` order; the
+    tallies are summed into the policy's entry beside its checkpoint ``source``."""
+    report = closed_loop_report_of(seeds, kind, {name: [row for row, _ in results]})
+    tallies: dict[str, int] = {}
+    for _, counts in results:
+        for key, count in counts.items():
+            tallies[key] = tallies.get(key, 0) + count
+    report["policies"][name] |= {"source": source, "tallies": tallies}
+    return report
+
+
 def closed_loop_report_of(seeds: list[int], kind: str | None, rows: dict[str, list[dict]]) -> dict:
     """The report of episode rows by policy (each policy's rows in ``seeds`` order). With the expert among
     the policies, each summary also counts ``failure_modes_expert_too``: the failures the expert has on the
