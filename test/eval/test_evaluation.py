@@ -211,8 +211,8 @@ def test_a_failure_the_expert_has_on_the_same_seed_is_counted_as_the_scenes():
     )
 
 
-def test_a_probe_policys_report_sums_the_tallies_of_its_episodes():
-    from wamdiff2_ros.eval.closed_loop import policy_report_of
+def test_a_probe_policys_report_sums_the_tallies_of_its_episodes(tmp_path):
+    from wamdiff2_ros.eval.closed_loop import policy_report_of, save_policy_report
 
     def row(seed):
         scores = {"driving_score": 1.0, "route_completion": 1.0, "collisions": 0, "off_road_events": 0}
@@ -225,3 +225,5 @@ def test_a_probe_policys_report_sums_the_tallies_of_its_episodes():
     assert report["seeds"] == [1, 2] and report["kind"] == "highway"
     assert entry["tallies"] == {"plans": 5, "forwards": 104} and entry["source"] == "models/default"
     assert [e["seed"] for e in entry["episodes"]] == [1, 2] and entry["summary"]["episodes"] == 2
+    printed = save_policy_report(str(tmp_path / "report.json"), report, "probe")
+    assert json.loads((tmp_path / "report.json").read_text()) == report and "episodes" not in printed

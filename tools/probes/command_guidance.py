@@ -18,7 +18,6 @@ Usage: python3 tools/probes/command_guidance.py MODEL_DIR WEIGHT SEED EPISODES O
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
-from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of
+from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
 from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, model_policy_factory
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import PromptTensors, build_planning_prompt
@@ -171,10 +170,7 @@ def main() -> None:
         results = pool.map(_job, jobs, chunksize=1)
     name = f"model-guided-{args.weight:g}" + ("-lateral" if args.lateral_only else "")
     report = policy_report_of(seeds, args.kind, name, results, args.model)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=1)
-    summary = report["policies"][name]
-    print(name, {k: v for k, v in summary.items() if not isinstance(v, list)})
+    print(name, save_policy_report(args.out, report, name))
 
 
 if __name__ == "__main__":

@@ -18,13 +18,12 @@ Usage: python3 tools/probes/scorer_oracle.py MODEL_DIR static|moving|route SEED 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 from dataclasses import replace
 
 import numpy as np
 
-from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of
+from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
 from wamdiff2_ros.eval.metrics import Agents
 from wamdiff2_ros.eval.model_policy import ModelPolicySource, ScoredModelPolicy
 from wamdiff2_ros.geometry import Camera, ego_to_map, map_to_ego, wrap_angle
@@ -125,10 +124,7 @@ def main() -> None:
         results = pool.map(_job, jobs)
     name = f"model-scored-oracle-{args.mode}"
     report = policy_report_of(seeds, None, name, results, args.model)
-    with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=1)
-    summary = report["policies"][name]
-    print(name, {k: v for k, v in summary.items() if not isinstance(v, list)})
+    print(name, save_policy_report(args.out, report, name))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the driving score per episode and on average. The loop itself is ``sim.closed_lo
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 import numpy as np
@@ -106,6 +107,14 @@ def policy_report_of(
             tallies[key] = tallies.get(key, 0) + count
     report["policies"][name] |= {"source": source, "tallies": tallies}
     return report
+
+
+def save_policy_report(path: str, report: dict, name: str) -> dict:
+    """Write ``report`` (``policy_report_of``'s) as JSON to ``path``; returns the policy's entry without
+    its per-episode lists, for a probe to print."""
+    with open(path, "w") as handle:
+        json.dump(report, handle, indent=1)
+    return {k: v for k, v in report["policies"][name].items() if not isinstance(v, list)}
 
 
 def closed_loop_report_of(seeds: list[int], kind: str | None, rows: dict[str, list[dict]]) -> dict:
