@@ -97,6 +97,41 @@ def test_paired_drive_compares_the_same_seeds_of_two_reports(tmp_path, capsys) -
     assert "difference +0.0" in capsys.readouterr().out
 
 
+def test_paired_drive_pools_reports_of_disjoint_seeds(tmp_path) -> None:
+    held_out, fresh = {1000: 0.5, 1001: 0.7}, {2000: 0.2, 2001: 0.4}
+    reports = [
+        _report(tmp_path / f"{name}.json", "model", scores)
+        for name, scores in (("h", held_out), ("f", fresh))
+    ]
+    better = [
+        _report(tmp_path / f"{name}2.json", "model", {s: v + 0.1 for s, v in scores.items()})
+        for name, scores in (("h", held_out), ("f", fresh))
+    ]
+    out = tmp_path / "pooled.json"
+    arguments = [
+        "--reference",
+        *(f"{r}:model" for r in reports),
+        "--planner",
+        *(f"{r}:model" for r in better),
+    ]
+    assert cli_main(["eval", "paired-drive", *arguments, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["episodes"] == 4 and result["difference"] == pytest.approx(0.1)
+    assert result["reference"] == f"{reports[0]}:model + {reports[1]}:model"
+    with pytest.raises(InputError, match="repeats seeds"):
+        cli_main(
+            [
+                "eval",
+                "paired-drive",
+                "--reference",
+                f"{reports[0]}:model",
+                f"{better[0]}:model",
+                "--planner",
+                f"{reports[0]}:model",
+            ]
+        )
+
+
 def test_failure_changes_count_modes_kinds_and_what_each_failure_became() -> None:
     def episode(kind: str, score: float, mode: str) -> dict:
         return {"kind": kind, "driving_score": score, "failure_mode": mode}

@@ -270,12 +270,17 @@ def _add_paired_drive(verbs: argparse._SubParsersAction) -> None:
         "paired-drive",
         help="a policy's closed-loop driving score against a reference's on the same episodes, paired",
         description="Each REPORT:POLICY is a closed-loop report.json and one of its policies (the two may "
-        "come from different runs over the same seeds). Prints both mean driving scores, their difference "
+        "come from different runs over the same seeds); several per side are pooled (e.g. the held-out and "
+        "the fresh episodes: their seeds must not repeat). Prints both mean driving scores, their difference "
         "and its 90 %% interval over resamples of the episodes, then the scores by scene kind, each failure "
         "mode's count and how the reference's failures changed.",
     )
-    paired.add_argument("--reference", required=True, metavar="REPORT:POLICY", help="the reference policy")
-    paired.add_argument("--planner", required=True, metavar="REPORT:POLICY", help="the compared policy")
+    paired.add_argument(
+        "--reference", required=True, nargs="+", metavar="REPORT:POLICY", help="the reference policy"
+    )
+    paired.add_argument(
+        "--planner", required=True, nargs="+", metavar="REPORT:POLICY", help="the compared policy"
+    )
     paired.add_argument("--resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
     paired.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     paired.set_defaults(func=run_paired_drive)
@@ -368,15 +373,22 @@ def run_paired_drive(args: argparse.Namespace) -> int:
     from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.eval.paired import driving_scores, failure_changes, paired_difference, policy_episodes
 
-    def episodes(spec: str) -> dict[int, dict]:
-        report, _, policy = spec.rpartition(":")
-        if not report:
-            raise InputError(f"expected REPORT:POLICY, got {spec!r}")
-        return policy_episodes(Path(report), policy)
+    def episodes(specs: list[str]) -> dict[int, dict]:
+        pooled: dict[int, dict] = {}
+        for spec in specs:
+            report, _, policy = spec.rpartition(":")
+            if not report:
+                raise InputError(f"expected REPORT:POLICY, got {spec!r}")
+            more = policy_episodes(Path(report), policy)
+            if repeated := sorted(set(pooled) & set(more)):
+                raise InputError(f"{spec} repeats seeds of the reports before it (e.g. {repeated[0]})")
+            pooled |= more
+        return pooled
 
     planner, reference = episodes(args.planner), episodes(args.reference)
     result = paired_difference(driving_scores(planner), driving_scores(reference), resamples=args.resamples)
-    result |= {"planner": args.planner, "reference": args.reference} | failure_changes(planner, reference)
+    names = {"planner": " + ".join(args.planner), "reference": " + ".join(args.reference)}
+    result |= names | failure_changes(planner, reference)
     print(
         f"episodes {result['episodes']}: driving score {result['score']:.3f} vs reference "
         f"{result['reference_score']:.3f}"
