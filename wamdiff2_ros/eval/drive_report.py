@@ -36,6 +36,7 @@ class ReportFrame:
     boxes_px: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     labels: Sequence[str] = ()
     status: str = ""
+    detected: bool = False  # a detection answer belongs to this frame (its boxes, possibly none)
 
 
 def draw_frame(frame: ReportFrame, camera: Camera) -> np.ndarray:
@@ -64,26 +65,36 @@ def draw_frame(frame: ReportFrame, camera: Camera) -> np.ndarray:
     return canvas
 
 
+def sheet_frames(frames: Sequence[ReportFrame], count: int = 12) -> list[ReportFrame]:
+    """Up to ``count`` evenly spaced frames, taken from those with a detection answer where there are that
+    many: the node answers detection every few plans, and a frame between answers has no boxes, which on a
+    sheet reads as a car the detector missed."""
+    detected = [frame for frame in frames if frame.detected]
+    pool = detected if len(detected) >= min(count, len(frames)) else list(frames)
+    picks = np.unique(np.linspace(0, len(pool) - 1, min(count, len(pool))).round().astype(int))
+    return [pool[i] for i in picks]
+
+
 def contact_sheet(frames: Sequence[ReportFrame], camera: Camera, path: Path, columns: int = 4) -> Path:
-    """A grid of up to 12 evenly spaced frames with their drawings, titled with time and status."""
+    """A grid of up to 12 evenly spaced frames (``sheet_frames``) with their drawings, titled with time,
+    status and, where a detection answer belongs to the frame, its box count."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display
     import matplotlib.pyplot as plt
 
-    chosen = [
-        frames[i]
-        for i in np.unique(np.linspace(0, len(frames) - 1, min(12, len(frames))).round().astype(int))
-    ]
+    chosen = sheet_frames(frames)
     rows = max(1, -(-len(chosen) // columns))
     figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.5 * rows), squeeze=False)
     for axis in axes.flat:
         axis.axis("off")
     for axis, frame in zip(axes.flat, chosen, strict=False):
         axis.imshow(draw_frame(frame, camera))
-        axis.set_title(f"t = {frame.stamp_s:.1f} s  {frame.status}", fontsize=8)
+        boxes = f"  {len(np.asarray(frame.boxes_px).reshape(-1, 4))} boxes" if frame.detected else ""
+        axis.set_title(f"t = {frame.stamp_s:.1f} s{boxes}  {frame.status}", fontsize=8)
     figure.suptitle(
-        "green: selected plan   grey: other candidates   blue: where the car went   yellow: boxes"
+        "green: selected plan   grey: other candidates   blue: where the car went   yellow: boxes of the"
+        " frame's detection answer"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=80)

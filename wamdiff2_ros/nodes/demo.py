@@ -188,6 +188,7 @@ def report_frames(drive: Path, outputs: Path) -> list[ReportFrame]:
                 boxes_px=boxes.reshape(-1, 4),
                 labels=[d.label for d in found.detections] if found else [],
                 status=status,
+                detected=found is not None,
             )
         )
     return frames
