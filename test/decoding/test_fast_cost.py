@@ -71,6 +71,15 @@ def test_the_compile_suite_times_the_headline_with_and_without_compile():
     assert dict(rows)[names[7]] == {**dict(rows)[names[5]], "candidates": 8}
 
 
+def test_the_split_keys_rows_need_no_flashinfer():
+    # `auto` picks the split-keys Triton kernels on CUDA: a machine without FlashInfer measures them too
+    for flashinfer in (False, True):
+        names = [name for name, _ in suite_rows("compile", flashinfer)]
+        assert "B32 S8 triton graphs fused compile" in names
+        assert "B32 S8 K8 triton graphs fused compile fp8" in names
+    assert not any("triton" in name for name, _ in suite_rows("compile", False, graphs=False))
+
+
 def test_rows_serialise_with_derived_columns(tmp_path):
     row = SpeedRow(
         name="B32 S8",
