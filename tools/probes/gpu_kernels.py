@@ -18,12 +18,14 @@ grammar: a step's planning-grammar work (allowed + the repair's feasibility) thr
 through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
-scales), with its error. Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24
-(vision_attention) or 28 (attention, split_keys, shared_prefix) calls.
+scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
+the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. Each number is the median of
+15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab), 24 (vision_attention) or 28 (attention,
+split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
-[gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention] (the
-parts to run; default the first three).
+[gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
+swap_ab] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -34,6 +36,8 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,6 +53,8 @@ SHAPES = {
     "head": (151936, 2048),
 }
 LAYERS, QUERY_HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, QUERIES = 28, 16, 8, 128, 2304, 32
+# swap_ab's launches: weight rows a program, K a step, warps, stages
+SWAP_AB_LAUNCHES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 3), (128, 256, 4, 3), (64, 128, 4, 6)]
 
 
 def graph_ms(calls: Callable[[], None]) -> float:
@@ -615,6 +621,91 @@ def vision_attention() -> dict[str, dict[str, float]]:
     return results
 
 
+def _fastest(calls: dict[str, Callable[[], object]]) -> tuple[str, float]:
+    """The name and us per call of the fastest of ``calls`` (a launch the card cannot take is skipped)."""
+    timed = {}
+    for name, call in calls.items():
+        try:
+            timed[name] = graph_ms(repeated(call, 20)) / 20 * 1000
+        except Exception as error:  # shared memory or registers over the card's
+            print("skipped", name, type(error).__name__, flush=True)
+    best = min(timed, key=timed.get)
+    return best, timed[best]
+
+
+def _swap_ab_product(probe: Any, x8: torch.Tensor, xs: torch.Tensor, n: int, k: int) -> dict[str, object]:
+    one = torch.ones((), device=DEVICE)
+    w8, ws = probe.quantize(torch.randn(n, k, device=DEVICE) * 0.02)
+    a8 = x8[:, :k].contiguous()
+
+    def scaled_mm() -> torch.Tensor:
+        return torch._scaled_mm(a8, w8.t(), one, one, out_dtype=torch.bfloat16)
+
+    launches = {f"{n}x{k} w{w} s{s}": (n, k, w, s) for n, k, w, s in SWAP_AB_LAUNCHES}
+    best, us = _fastest({name: partial(probe.gemm, a8, xs, w8, ws, *c) for name, c in launches.items()})
+    error = probe.relative(probe.gemm(a8, xs, w8, ws, *launches[best]), probe.twin_gemm(a8, xs, w8, ws))
+    cublas = graph_ms(repeated(scaled_mm, 20)) / 20 * 1000
+    return {"scaled_mm_us": cublas, "swap_ab_us": us, "launch": best, "error": error}
+
+
+def _swap_ab_mlp(probe: Any, x8: torch.Tensor, xs: torch.Tensor) -> dict[str, object]:
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
+    one = torch.ones((), device=DEVICE)
+    h8 = x8[:, :2048].contiguous()
+    gu8, gus = probe.quantize(torch.randn(12288, 2048, device=DEVICE) * 0.02)
+    d8, ds = probe.quantize(torch.randn(2048, 6144, device=DEVICE) * 0.02)
+    reference = probe.twin_mlp(h8, xs, gu8, gus, d8, ds)
+    gate_up, down = fused.Fp8Weight(gu8, gus[None, :], one), fused.Fp8Weight(d8, ds[None, :], one)
+
+    def three() -> tuple[torch.Tensor, ...]:
+        # the down product's scales are applied by the next layer's norm kernel, which stays
+        raw = fused.product(h8, gate_up, torch.bfloat16)
+        m8, ms = fused.silu_mul_quant(raw, xs[:, None], gus[None, :])
+        return fused.product(m8, down, torch.bfloat16), ms, ds[None, :]
+
+    def two(group: int, block_k: int, stages: int, down_rows: int) -> torch.Tensor:
+        q8, qs = probe.gate_up_silu(h8, xs, gu8, gus, group, block_k, 4, stages)
+        return probe.down_grouped(q8, qs, d8, ds, down_rows)
+
+    launches = {
+        f"g{g} k{k} s{s} down{d}": (g, k, s, d)
+        for g in (64, 128)
+        for k in (128, 256)
+        for s in (3, 4)
+        for d in (64, 128)
+    }
+    best, us = _fastest({name: partial(two, *c) for name, c in launches.items()})
+    zeros = torch.zeros(h8.shape[0], 2048, device=DEVICE, dtype=torch.bfloat16)
+    return {
+        "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
+        "three kernels' error": probe.relative(fused.settle(zeros, three()), reference),
+        "two kernels_us": us,
+        "launch": best,
+        "two kernels' error": probe.relative(two(*launches[best]), reference),
+    }
+
+
+def swap_ab() -> dict[str, dict[str, object]]:
+    """FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) against the unit-scaled
+    ``_scaled_mm`` the fused layers use, us per call (20 in a graph), the fastest of a few launches each;
+    and the MLP as two kernels (SiLU and a per-group quantisation in the gate/up epilogue) against the fused
+    layer's three (two products and ``silu_mul_quant``)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import swap_ab as probe
+
+    results: dict[str, dict[str, object]] = {}
+    for rows in (32, 64):
+        x8, xs = probe.quantize(torch.randn(rows, 6144, device=DEVICE))
+        for name, (n, k) in SHAPES.items():
+            if name != "head":
+                results[f"M{rows} {name}"] = _swap_ab_product(probe, x8, xs, n, k)
+                print(rows, name, results[f"M{rows} {name}"], flush=True)
+        results[f"M{rows} mlp"] = _swap_ab_mlp(probe, x8, xs)
+        print(rows, "mlp", results[f"M{rows} mlp"], flush=True)
+    return results
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     parts = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemm", "fp8", "attention"]
@@ -629,6 +720,7 @@ if __name__ == "__main__":
         "merge_quant": merge_quant,
         "grammar": grammar,
         "vision_attention": vision_attention,
+        "swap_ab": swap_ab,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
