@@ -47,3 +47,6 @@ def test_plan_rows_cover_k_grammar_and_sizes_and_filter_by_name():
     fp8 = plan_rows("quick", ["1920x1080"], "triton", True, True, ["K1 grammar"], weights="fp8")
     assert [name for name, _, _ in fp8] == ["1920x1080 K1 grammar triton graphs compile fp8"]
     assert fp8[0][2]["weights"] == "fp8" and all(s["weights"] == "bf16" for _, _, s in only)
+    four = plan_rows("quick", ["1920x1080"], "triton", True, True, ["K1 grammar"], steps=4)
+    assert [name for name, _, _ in four] == ["1920x1080 K1 grammar triton graphs compile S4"]
+    assert four[0][2]["steps"] == 4 and all(s["steps"] == 8 for _, _, s in only)

@@ -68,6 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "on CUDA for flashinfer and triton)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (default 128)")
+    parser.add_argument(
+        "--steps", type=int, default=8, help="plan: denoising steps a block of the fast rows (default 8)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     parser.add_argument("--json", help="write the card and rows to this file")
     parser.add_argument(
@@ -338,15 +341,17 @@ def plan_rows(
     only: list[str] | None = None,
     weights: str = "bf16",
     prompt_attention: str = "auto",
+    steps: int = 8,
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, image size, DecodeConfig settings) of ``bench plan``: the node's decode settings (B32 S8,
     dynamic 0.9, 128 tokens; K = 4: candidate 0 greedy, the others at 0.7) on the fast path, grammar on and
     off, K = 1 and 4, every size; ``full`` adds the eager transformers rows at the first size. ``only``:
-    the rows whose name contains one of these parts; ``weights`` and ``prompt_attention``: the fast rows'
-    text-layer weights and prompt attention (named at the end unless bf16 / auto)."""
+    the rows whose name contains one of these parts; ``weights``, ``prompt_attention`` and ``steps``: the
+    fast rows' weights, prompt attention and denoising steps a block (named at the end unless bf16 / auto /
+    8)."""
     base = {"block_size": 32, "steps": 8, "threshold": 0.9, "max_new_tokens": 128, "greedy_first": True}
     fast_path = {"backend": fast, "cuda_graphs": graphs, "compile": compile, "weights": weights}
-    fast_path["prompt_attention"] = prompt_attention
+    fast_path.update(prompt_attention=prompt_attention, steps=steps)
     rows = []
     for index, size in enumerate(sizes):
         for grammar in (True, False) if index == 0 else (True,):
@@ -357,6 +362,7 @@ def plan_rows(
                 extras = (" graphs" if graphs else "") + (" compile" if compile else "")
                 extras += "" if weights == "bf16" else f" {weights}"
                 extras += "" if prompt_attention == "auto" else f" prompt-{prompt_attention}"
+                extras += "" if steps == 8 else f" S{steps}"
                 rows.append((f"{size} K{k} {tag} {fast}{extras}", size, settings))
     if suite == "full":
         for k in (1, 4):
@@ -400,7 +406,15 @@ def _plan(args: argparse.Namespace) -> int:
     graphs = device.type == "cuda"
     only = [part for part in args.only.split(",") if part]
     for name, size, settings in plan_rows(
-        args.suite, sizes, fast, not args.no_compile, graphs, only, args.weights, args.prompt_attention
+        args.suite,
+        sizes,
+        fast,
+        not args.no_compile,
+        graphs,
+        only,
+        args.weights,
+        args.prompt_attention,
+        args.steps,
     ):
         base = base or Planner(loaded, DecodeConfig(**settings), max_pixels=MAX_PIXELS)
         planner = base.with_config(**settings)
