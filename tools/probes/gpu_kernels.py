@@ -19,13 +19,14 @@ through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
-the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. Each number is the median of
+the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
+products in bf16 and FP8 (made operands, ``fp8_linear`` eager and compiled). Each number is the median of
 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab), 24 (vision_attention) or 28 (attention,
 split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab] (the parts to run; default the first three).
+swap_ab,vision_fp8] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -677,13 +678,92 @@ def _swap_ab_mlp(probe: Any, x8: torch.Tensor, xs: torch.Tensor) -> dict[str, ob
     }
     best, us = _fastest({name: partial(two, *c) for name, c in launches.items()})
     zeros = torch.zeros(h8.shape[0], 2048, device=DEVICE, dtype=torch.bfloat16)
+    raw = fused.product(h8, gate_up, torch.bfloat16)
+    m8, _ = fused.silu_mul_quant(raw, xs[:, None], gus[None, :])
+    group, block_k, stages, _ = launches[best]
+    q8, qs = probe.gate_up_silu(h8, xs, gu8, gus, group, block_k, 4, stages)
+    one_by_one = {
+        "product gate_up": lambda: fused.product(h8, gate_up, torch.bfloat16),
+        "silu_mul_quant": lambda: fused.silu_mul_quant(raw, xs[:, None], gus[None, :]),
+        "product down": lambda: fused.product(m8, down, torch.bfloat16),
+        **{
+            f"gate_up_silu g{g} k{k} s{s}": partial(probe.gate_up_silu, h8, xs, gu8, gus, g, k, 4, s)
+            for g in (64, 128)
+            for k in (64, 128, 256)
+            for s in (2, 3, 4)
+        },
+        **{f"down_grouped down{d}": partial(probe.down_grouped, q8, qs, d8, ds, d) for d in (64, 128)},
+    }
+    kernels = {}
+    for name, call in one_by_one.items():
+        try:
+            kernels[name] = graph_ms(repeated(call, 20)) / 20 * 1000
+        except Exception as error:  # shared memory or registers over the card's
+            print("skipped", name, type(error).__name__, flush=True)
     return {
         "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
         "three kernels' error": probe.relative(fused.settle(zeros, three()), reference),
         "two kernels_us": us,
         "launch": best,
         "two kernels' error": probe.relative(two(*launches[best]), reference),
+        "kernels_us": kernels,
     }
+
+
+def vision_fp8() -> dict[str, dict[str, float]]:
+    """The 1080p vision tower's four products (7,920 patch rows, the 2b tower's widths), us per call (20 in a
+    graph): bf16 ``F.linear`` with bias, FP8 operands already made (unit-scaled and row-wise-scaled
+    ``_scaled_mm``), ``fp8.fp8_linear`` whole (the rows' quantisation included) eager and compiled, and a
+    compiled LayerNorm with and without the quantisation after it."""
+    from wamdiff2_ros.decoding import fp8 as fp8_module
+
+    rows, width = 7920, 1024
+    results = {}
+    one = torch.ones((), device=DEVICE)
+    for name, (n, k) in {
+        "qkv": (3072, 1024),
+        "proj": (1024, 1024),
+        "fc1": (4096, 1024),
+        "fc2": (1024, 4096),
+    }.items():
+        x = torch.randn(rows, k, device=DEVICE, dtype=torch.bfloat16)
+        weight = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16) * 0.02
+        bias = torch.randn(n, device=DEVICE, dtype=torch.bfloat16) * 0.02
+        quantised = fp8_module.quantize_weight(weight)
+        x8, xs = fp8_module.quantize_rows(x)
+
+        def whole(x=x, w=quantised, b=bias):
+            return fp8_module.fp8_linear(x, w) + b
+
+        compiled = torch.compile(whole)
+        calls = {
+            "bf16": lambda x=x, w=weight, b=bias: F.linear(x, w, b),
+            "scaled_mm unit": lambda a=x8, w=quantised: torch._scaled_mm(
+                a, w.data.t(), one, one, out_dtype=torch.bfloat16
+            ),
+            "scaled_mm rowwise": lambda a=x8, s=xs, w=quantised: torch._scaled_mm(
+                a, w.data.t(), scale_a=s, scale_b=w.scale, out_dtype=torch.bfloat16
+            ),
+            "fp8_linear eager": whole,
+            "fp8_linear compiled": compiled,
+        }
+        results[name] = {call: graph_ms(repeated(f, 20)) / 20 * 1000 for call, f in calls.items()}
+        print(name, results[name], flush=True)
+    x = torch.randn(rows, width, device=DEVICE, dtype=torch.bfloat16)
+    norm_weight, norm_bias = torch.ones(width, device=DEVICE), torch.zeros(width, device=DEVICE)
+
+    def norm(x=x):
+        return F.layer_norm(x, (width,), norm_weight.bfloat16(), norm_bias.bfloat16(), 1e-6)
+
+    def norm_quant(x=x):
+        return fp8_module.quantize_rows(norm(x))
+
+    results["layer_norm"] = {
+        "compiled": graph_ms(repeated(torch.compile(norm), 20)) / 20 * 1000,
+        "compiled with quantisation": graph_ms(repeated(torch.compile(norm_quant), 20)) / 20 * 1000,
+    }
+    print("layer_norm", results["layer_norm"], flush=True)
+    return results
 
 
 def swap_ab() -> dict[str, dict[str, object]]:
@@ -721,6 +801,7 @@ if __name__ == "__main__":
         "grammar": grammar,
         "vision_attention": vision_attention,
         "swap_ab": swap_ab,
+        "vision_fp8": vision_fp8,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
