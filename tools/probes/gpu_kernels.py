@@ -713,7 +713,8 @@ def _swap_ab_mlp(probe: Any, x8: torch.Tensor, xs: torch.Tensor) -> dict[str, ob
 def vision_fp8() -> dict[str, dict[str, float]]:
     """The 1080p vision tower's four products (7,920 patch rows, the 2b tower's widths), us per call (20 in a
     graph): bf16 ``F.linear`` with bias, FP8 operands already made (unit-scaled and row-wise-scaled
-    ``_scaled_mm``), ``fp8.fp8_linear`` whole (the rows' quantisation included) eager and compiled, and a
+    ``_scaled_mm``), ``fp8.fp8_linear`` whole (the rows' quantisation and the bias included) eager and
+    compiled, and a
     compiled LayerNorm with and without the quantisation after it."""
     from wamdiff2_ros.decoding import fp8 as fp8_module
 
@@ -733,7 +734,7 @@ def vision_fp8() -> dict[str, dict[str, float]]:
         x8, xs = fp8_module.quantize_rows(x)
 
         def whole(x=x, w=quantised, b=bias):
-            return fp8_module.fp8_linear(x, w) + b
+            return fp8_module.fp8_linear(x, w, b)
 
         compiled = torch.compile(whole)
         calls = {

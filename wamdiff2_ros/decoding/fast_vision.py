@@ -16,9 +16,10 @@ forward and backward (~3,400 more ops a micro-batch of 8 on the CPU profiler tha
 
 ``weights="fp8"`` (the decoder's ``weights: fp8``) runs the blocks' four matrices as W8A8 products
 (``fp8.fp8_linear``: e4m3 weights with per-row scales made once here, the activations quantised per patch,
-which compiled fuses into the LayerNorm and GELU before them). At a 1080p frame's ~7,900 patches the
-products are compute-bound, where FP8's tensor cores run at twice bf16's rate; at the decoder's 32 rows the
-W8A16 kernel is the slower one (docs/BENCHMARKS.md), so ``fp8_weight_only`` leaves the tower in bf16.
+which compiled fuses into the LayerNorm and GELU before them, the bias added in the product's epilogue). At
+a 1080p frame's ~7,900 patches the products are compute-bound, where FP8's tensor cores run faster than
+bf16's; at the decoder's 32 rows the W8A16 kernel is the slower one (docs/BENCHMARKS.md), so
+``fp8_weight_only`` leaves the tower in bf16.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class VisionBlock:
 
 def _linear(x: torch.Tensor, weight: Matrix, bias: torch.Tensor) -> torch.Tensor:
     if isinstance(weight, fp8.Fp8Weight):
-        return fp8.fp8_linear(x, weight) + bias  # the add fuses into the kernel that reads the product
+        return fp8.fp8_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
