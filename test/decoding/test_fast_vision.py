@@ -6,9 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from wamdiff2_ros.decoding import fp8
-from wamdiff2_ros.decoding.config import DecodeConfig
-from wamdiff2_ros.decoding.fast import lean_vision
 from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import build_prompt
@@ -41,40 +38,9 @@ def test_lean_vision_builds_grid_inputs_once_per_grid(tiny_model, tokenizer, fro
     assert len(vision._grids) == 1 and torch.equal(first.image, second.image)
 
 
-def _relative(actual, expected):
-    return ((actual - expected).norm() / expected.norm()).item()
-
-
-def test_the_fp8_tower_is_its_dequantised_twin_and_near_the_model_s_own(
-    tiny_model, tokenizer, front_image, monkeypatch
-):
-    prompt = build_prompt(tokenizer, "<image> Plan.", front_image)
-    full = LeanVision(tiny_model)(prompt.pixel_values, prompt.image_grid_thw)
-    tower = LeanVision(tiny_model, weights="fp8")
-    assert isinstance(tower.blocks[0].fc2[0], fp8.Fp8Weight)
-    fast = tower(prompt.pixel_values, prompt.image_grid_thw)
-    monkeypatch.setattr(fp8, "fp8_linear", fp8.dequantized_linear)
-    twin = tower(prompt.pixel_values, prompt.image_grid_thw)
-    outputs = [(f.image, *f.deepstack) for f in (fast, twin, full)]
-    for mine, theirs, reference in zip(*outputs, strict=True):
-        assert (mine - theirs).abs().max() <= 1e-4 * theirs.abs().max()
-        assert 0 < _relative(mine, reference) < 0.1
-
-
-def test_the_decoder_s_fp8_weights_reach_the_tower_and_fp8_weight_only_does_not(tiny_model):
-    def tower(weights):
-        return lean_vision(tiny_model, DecodeConfig(backend="sdpa", weights=weights)).weights
-
-    assert (tower("bf16"), tower("fp8"), tower("fp8_weight_only")) == ("bf16", "fp8", "bf16")
-
-
 def test_lean_vision_refuses_what_it_does_not_do(tiny_model, tokenizer, front_image):
     with pytest.raises(InputError, match="CUDA"):
         LeanVision(tiny_model, cuda_graph=True)
-    with pytest.raises(InputError, match="vision weights"):
-        LeanVision(tiny_model, weights="int4")
-    with pytest.raises(InputError, match="trainable"):
-        LeanVision(tiny_model, weights="fp8", trainable=True)
     prompt = build_prompt(tokenizer, "<image> Plan.", front_image)
     two = prompt.image_grid_thw.repeat(2, 1)
     with pytest.raises(InputError, match="one image"):

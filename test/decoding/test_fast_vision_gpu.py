@@ -1,7 +1,6 @@
 """The lean vision tower on CUDA (marker ``gpu``): compiled and replayed from a CUDA graph it is transformers'
 tower (fp32: to rounding; bf16 at the 2b shape: within bf16 tolerance), and a
-replay on new pixels is a fresh forward, not the captured one; with FP8 blocks, compiled and graphed it is
-its uncompiled self."""
+replay on new pixels is a fresh forward, not the captured one."""
 
 from __future__ import annotations
 
@@ -68,22 +67,3 @@ def test_lean_vision_bf16_2b_compiled_graphed_is_within_bf16_of_transformers(cud
         features = vision(prompt.pixel_values, prompt.image_grid_thw)
         error = _relative_error([features.image, *features.deepstack], _reference(cuda_2b, prompt))
         assert error < 2e-2, f"relative error {error:.3g}"
-
-
-def test_the_fp8_2b_tower_compiled_graphed_is_its_uncompiled_self_and_near_bf16(cuda_2b, tokenizer):
-    prompt = _prompt(tokenizer, 640, 360, 3)
-    towers = {
-        name: LeanVision(cuda_2b, compile=fast, cuda_graph=fast, weights=weights)
-        for name, fast, weights in (("fp8", False, "fp8"), ("fp8 fast", True, "fp8"), ("bf16", False, "bf16"))
-    }
-    features = {
-        name: [f.image, *f.deepstack]
-        for name, f in ((name, t(prompt.pixel_values, prompt.image_grid_thw)) for name, t in towers.items())
-    }
-    # The compiled FP8 tower was 7.9 % from the uncompiled one on the H100 (2026-12-05), where bf16's two
-    # agree to rounding: suspected, compiled code rounds the LayerNorm and GELU outputs elsewhere before the
-    # quantisation, and an activation a hair either side of an e4m3 step moves a whole step (1/16). So each
-    # is held to bf16, the compiled one no further than the uncompiled one's error allows.
-    eager, fast = (_relative_error(features[name], features["bf16"]) for name in ("fp8", "fp8 fast"))
-    print(f"FP8 tower against bf16: uncompiled {eager:.4f}, compiled and graphed {fast:.4f}")
-    assert eager < 0.15 and fast < 1.5 * eager + 0.01

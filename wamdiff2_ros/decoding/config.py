@@ -10,8 +10,8 @@ from wamdiff2_ros.errors import InputError
 CACHE_ORDERS = ("fused", "reference")
 DECODERS = ("block", "ar")
 BACKENDS = ("eager", "sdpa", "flashinfer", "triton")
-# Fast-path matrix weights: bf16 (the checkpoint's dtype; fp32 on a CPU model), fp8 (W8A8, text layers and
-# vision blocks) or fp8_weight_only (W8A16, text layers): decoding/fp8.py
+# Fast-path text-layer weights: bf16 (the checkpoint's dtype; fp32 on a CPU model), fp8 (W8A8) or
+# fp8_weight_only (W8A16): decoding/fp8.py
 WEIGHT_FORMATS = ("bf16", "fp8", "fp8_weight_only")
 # The prompt's attention on the fast path: auto is decoding.attention.prompt_backend's choice for the backend.
 PROMPT_ATTENTIONS = ("auto", "sdpa", "flashinfer", "flex")
@@ -62,7 +62,7 @@ class DecodeConfig:
             its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
         weights: fast path only: ``bf16`` (the model's own weights), ``fp8`` (opt-in: the text layers'
             matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm`` in fused layers:
-            decoding/fp8_fused.py; the vision blocks' matrices too: fast_vision.py) or ``fp8_weight_only``
+            decoding/fp8_fused.py) or ``fp8_weight_only``
             (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
             the default until a trained model shows the quality holds (fp8 is the faster on the H200)
             (docs/DECISIONS.md).

@@ -137,17 +137,15 @@ def lean_decoder(model: Qwen3VLForConditionalGeneration, config: DecodeConfig) -
     return LeanDecoder(model, compile=config.compile, weights=config.weights)
 
 
-def vision_key(config: DecodeConfig) -> tuple[bool, bool, str]:
-    """What a vision tower depends on in a decode config: compile, CUDA graph, its weights (``fp8`` with
-    ``weights: fp8``; the W8A16 kernel is slower than bf16 at the tower's size, so ``fp8_weight_only``
-    keeps the tower in bf16: fast_vision.py)."""
-    return config.compile, config.cuda_graphs, "fp8" if config.weights == "fp8" else "bf16"
+def vision_key(config: DecodeConfig) -> tuple[bool, bool]:
+    """What a vision tower depends on in a decode config: compile, CUDA graph."""
+    return config.compile, config.cuda_graphs
 
 
 def lean_vision(model: Qwen3VLForConditionalGeneration, config: DecodeConfig) -> LeanVision:
     """The vision tower a fast decoder of ``config`` runs: compiled and graphed as the decoder is."""
-    compile, cuda_graphs, weights = vision_key(config)
-    return LeanVision(model, compile=compile, cuda_graph=cuda_graphs, weights=weights)
+    compile, cuda_graphs = vision_key(config)
+    return LeanVision(model, compile=compile, cuda_graph=cuda_graphs)
 
 
 class FastEngine:

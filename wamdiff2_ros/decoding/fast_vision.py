@@ -13,13 +13,6 @@ Training uses the same tower with ``trainable=True`` (``LeanVision.batch``): eve
 camera's grid, so a batch of 256 frames is one attention call per block instead of 256, and the learned
 position table is resampled on every call (it trains). transformers' tower launches ~65 kernels per image
 forward and backward (~3,400 more ops a micro-batch of 8 on the CPU profiler than batched).
-
-``weights="fp8"`` (the decoder's ``weights: fp8``) runs the blocks' four matrices as W8A8 products
-(``fp8.fp8_linear``: e4m3 weights with per-row scales made once here, the activations quantised per patch,
-which compiled fuses into the LayerNorm and GELU before them, the bias added in the product's epilogue). At
-a 1080p frame's ~7,900 patches the products are compute-bound, where FP8's tensor cores run faster than
-bf16's; at the decoder's 32 rows the W8A16 kernel is the slower one (docs/BENCHMARKS.md), so
-``fp8_weight_only`` leaves the tower in bf16.
 """
 
 from __future__ import annotations
@@ -35,12 +28,9 @@ from transformers.activations import ACT2FN
 from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb_vision
 from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_position_ids
 
-from wamdiff2_ros.decoding import fp8
 from wamdiff2_ros.decoding.cuda_graph import capture
 from wamdiff2_ros.decoding.fast_model import compiled
 from wamdiff2_ros.errors import InputError
-
-VISION_WEIGHTS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -62,20 +52,16 @@ class GridInputs:
     sin: torch.Tensor
 
 
-Matrix = torch.Tensor | fp8.Fp8Weight
-
-
 @dataclass(frozen=True)
 class VisionBlock:
-    """One vision block's weights (the model's parameters, as they are, or the matrices in FP8), each a
-    (weight, bias) pair."""
+    """One vision block's weights (the model's parameters, as they are), each a (weight, bias) pair."""
 
     norm1: tuple[torch.Tensor, torch.Tensor]  # LayerNorm
-    qkv: tuple[Matrix, torch.Tensor]  # (3C, C): q | k | v
-    proj: tuple[Matrix, torch.Tensor]
+    qkv: tuple[torch.Tensor, torch.Tensor]  # (3C, C): q | k | v
+    proj: tuple[torch.Tensor, torch.Tensor]
     norm2: tuple[torch.Tensor, torch.Tensor]
-    fc1: tuple[Matrix, torch.Tensor]
-    fc2: tuple[Matrix, torch.Tensor]
+    fc1: tuple[torch.Tensor, torch.Tensor]
+    fc2: tuple[torch.Tensor, torch.Tensor]
 
     @property
     def first_half(self) -> tuple[torch.Tensor, ...]:
@@ -88,17 +74,11 @@ class VisionBlock:
         return (*self.proj, *self.norm2, *self.fc1, *self.fc2)
 
 
-def _linear(x: torch.Tensor, weight: Matrix, bias: torch.Tensor) -> torch.Tensor:
-    if isinstance(weight, fp8.Fp8Weight):
-        return fp8.fp8_linear(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
 def block_input(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
     norm_bias: torch.Tensor,
-    qkv_weight: Matrix,
+    qkv_weight: torch.Tensor,
     qkv_bias: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
@@ -107,7 +87,7 @@ def block_input(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm, q/k/v, rotary: (N, C) -> q, k, v (N, heads, D), in transformers' order of operations."""
     h = F.layer_norm(x, (x.shape[-1],), norm_weight, norm_bias, eps)
-    qkv = _linear(h, qkv_weight, qkv_bias).reshape(x.shape[0], 3, heads, -1).permute(1, 0, 2, 3)
+    qkv = F.linear(h, qkv_weight, qkv_bias).reshape(x.shape[0], 3, heads, -1).permute(1, 0, 2, 3)
     q, k, v = qkv.unbind(0)
     q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
     return q, k, v
@@ -122,9 +102,9 @@ def block_output(
 ) -> torch.Tensor:
     """The rest of a block after attention: projection, residual, MLP, residual -> (N, C)."""
     proj_w, proj_b, norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b = second
-    x = x + _linear(attended.reshape(x.shape[0], -1), proj_w, proj_b)
+    x = x + F.linear(attended.reshape(x.shape[0], -1), proj_w, proj_b)
     h = F.layer_norm(x, (x.shape[-1],), norm_w, norm_b, eps)
-    return x + _linear(act(_linear(h, fc1_w, fc1_b)), fc2_w, fc2_b)
+    return x + F.linear(act(F.linear(h, fc1_w, fc1_b)), fc2_w, fc2_b)
 
 
 def between(
@@ -172,11 +152,9 @@ class LeanVision:
         cuda_graph: replay the whole tower from one CUDA graph per grid (CUDA only).
         trainable: the weights train (``batch``): the learned position table is resampled on every call
             instead of once per grid.
-        weights: ``bf16`` (the model's own) or ``fp8`` (the blocks' matrices as W8A8 products).
 
     Raises:
-        InputError: a CUDA graph asked for off CUDA, FP8 or a CUDA graph with trainable weights, or an
-            unknown weight format.
+        InputError: a CUDA graph asked for off CUDA, or with trainable weights.
     """
 
     def __init__(
@@ -185,33 +163,27 @@ class LeanVision:
         compile: bool = False,
         cuda_graph: bool = False,
         trainable: bool = False,
-        weights: str = "bf16",
     ) -> None:
         visual = model.model.visual
-        if weights not in VISION_WEIGHTS:
-            raise InputError(f"vision weights must be one of {VISION_WEIGHTS}, got {weights!r}")
-        if weights != "bf16" and trainable:
-            raise InputError("FP8 vision weights are made once at load: trainable towers keep the model's")
         if cuda_graph and visual.device.type != "cuda":
             raise InputError(f"CUDA graphs need a CUDA model, got device {visual.device}")
         if cuda_graph and trainable:
             raise InputError("a CUDA graph replays fixed weights: trainable towers run without one")
-        self.trainable, self.weights = trainable, weights
+        self.trainable = trainable
         self.visual = visual
         config = visual.config
         self.heads = config.num_heads
         self.scale = (config.hidden_size // config.num_heads) ** -0.5
         self.eps = visual.blocks[0].norm1.eps
         self.act = ACT2FN[config.hidden_act]
-        matrix = fp8.quantize_weight if weights == "fp8" else (lambda weight: weight)
         self.blocks = [
             VisionBlock(
                 norm1=(b.norm1.weight, b.norm1.bias),
-                qkv=(matrix(b.attn.qkv.weight), b.attn.qkv.bias),
-                proj=(matrix(b.attn.proj.weight), b.attn.proj.bias),
+                qkv=(b.attn.qkv.weight, b.attn.qkv.bias),
+                proj=(b.attn.proj.weight, b.attn.proj.bias),
                 norm2=(b.norm2.weight, b.norm2.bias),
-                fc1=(matrix(b.mlp.linear_fc1.weight), b.mlp.linear_fc1.bias),
-                fc2=(matrix(b.mlp.linear_fc2.weight), b.mlp.linear_fc2.bias),
+                fc1=(b.mlp.linear_fc1.weight, b.mlp.linear_fc1.bias),
+                fc2=(b.mlp.linear_fc2.weight, b.mlp.linear_fc2.bias),
             )
             for b in visual.blocks
         ]

@@ -1,11 +1,10 @@
 """How far FP8 weights (``decoder.weights: fp8``) move the fast path from the model's own weights.
 
-Four measures over a fixed prompt set, each FP8 against the same fast path with the model's weights: the
-vision tower's features (merged and DeepStack, FP8 blocks against the model's), the hidden state after
-every layer of the prompt's prefill (the error as it accumulates through depth, from the FP8 tower's
-features), the first answer block's logits (relative error and how often the top token agrees), and
-whole greedy answers (planning grammar on, the node's B32 S8 dynamic rule): answers identical and tokens
-equal position by position. ``wamdiff2 bench fp8`` prints them; docs/BENCHMARKS.md records them.
+Three measures over a fixed prompt set, each FP8 against the same fast path with the model's weights:
+the hidden state after every layer of the prompt's prefill (the error as it accumulates through depth), the
+first answer block's logits (relative error and how often the top token agrees), and whole greedy answers
+(planning grammar on, the node's B32 S8 dynamic rule): answers identical and tokens equal position by
+position. ``wamdiff2 bench fp8`` prints them; docs/BENCHMARKS.md records them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from wamdiff2_ros.decoding.config import PLAN_STEPS, DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
-from wamdiff2_ros.decoding.fast_vision import LeanVision
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
@@ -33,7 +31,6 @@ PLAN_CONFIG = DecodeConfig(block_size=32, steps=PLAN_STEPS, threshold=0.9, max_n
 
 @dataclass(frozen=True)
 class Fp8Accuracy:
-    vision_error: float  # prompt 0's tower features: the largest relative error of merged and DeepStack
     layer_errors: list[float]  # prompt 0's prefill: relative error of the hidden state after each layer
     logits_error: float  # first answer block, all prompts: ||fp8 - ref|| / ||ref|| over the scored columns
     top1_agreement: float  # first answer block: positions whose argmax agrees
@@ -49,23 +46,7 @@ def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
-def _cache(model, prompt: PromptTensors, decoder: LeanDecoder, vision: LeanVision, backend: str):
-    return StaticBlockCache(model, 32, 1, prompt.length, 32, backend=backend, decoder=decoder, vision=vision)
-
-
-def _vision_error(prompt: PromptTensors, towers: dict[str, LeanVision]) -> float:
-    features = {w: t(prompt.pixel_values, prompt.image_grid_thw) for w, t in towers.items()}
-    pairs = zip(
-        (features["fp8"].image, *features["fp8"].deepstack),
-        (features["bf16"].image, *features["bf16"].deepstack),
-        strict=True,
-    )
-    return max(_relative(q, r) for q, r in pairs)
-
-
-def _layer_outputs(
-    model, prompt: PromptTensors, decoder: LeanDecoder, vision: LeanVision, backend: str
-) -> list[torch.Tensor]:
+def _layer_outputs(model, prompt: PromptTensors, decoder: LeanDecoder, backend: str) -> list[torch.Tensor]:
     """The hidden state after each layer but the last of ``prompt``'s prefill (the last feeds no K/V), the
     fused FP8 layers' pending down product added."""
     outputs: list[torch.Tensor] = []
@@ -78,16 +59,14 @@ def _layer_outputs(
 
     decoder._prompt_output = recording
     try:
-        _cache(model, prompt, decoder, vision, backend).prefill(prompt)
+        StaticBlockCache(model, 32, 1, prompt.length, 32, backend=backend, decoder=decoder).prefill(prompt)
     finally:
         decoder._prompt_output = layer_output
     return outputs
 
 
-def _first_block_logits(
-    model, prompt: PromptTensors, decoder: LeanDecoder, vision: LeanVision, backend: str
-) -> torch.Tensor:
-    cache = _cache(model, prompt, decoder, vision, backend)
+def _first_block_logits(model, prompt: PromptTensors, decoder: LeanDecoder, backend: str) -> torch.Tensor:
+    cache = StaticBlockCache(model, 32, 1, prompt.length, 32, backend=backend, decoder=decoder)
     cache.prefill(prompt)
     block = torch.full((1, 32), MASK_ID, device=model.device)
     return head_logits(model, cache.write_and_denoise(block[:, :0], block))[0]  # (32, V)
@@ -101,16 +80,12 @@ def measure(
     compile: bool = False,
 ) -> Fp8Accuracy:
     """FP8 against the model's own weights on ``prompts``, on the fast path with ``backend``."""
-    formats = ("bf16", "fp8")
-    decoders = {w: LeanDecoder(model, compile=compile, weights=w) for w in formats}
-    towers = {w: LeanVision(model, compile=compile, weights=w) for w in formats}
-    reference, quantised = (
-        _layer_outputs(model, prompts[0], decoders[w], towers[w], backend) for w in formats
-    )
+    decoders = {w: LeanDecoder(model, compile=compile, weights=w) for w in ("bf16", "fp8")}
+    reference, quantised = (_layer_outputs(model, prompts[0], decoders[w], backend) for w in ("bf16", "fp8"))
     layer_errors = [_relative(q, r) for q, r in zip(quantised, reference, strict=True)]
     logits = {
-        w: torch.cat([_first_block_logits(model, p, decoders[w], towers[w], backend) for p in prompts])
-        for w in formats
+        w: torch.cat([_first_block_logits(model, p, d, backend) for p in prompts])
+        for w, d in decoders.items()
     }
     scored = logits["bf16"].isfinite()  # a reduced vocabulary leaves the other columns at -inf in both
     logits = {w: torch.where(scored, value, 0.0) for w, value in logits.items()}
@@ -128,7 +103,6 @@ def measure(
         equal += sum(a == b for a, b in zip(ref, fp8, strict=False))
         total += max(len(ref), len(fp8))
     return Fp8Accuracy(
-        vision_error=_vision_error(prompts[0], towers),
         layer_errors=layer_errors,
         logits_error=_relative(logits["fp8"], logits["bf16"]),
         top1_agreement=top1,

@@ -257,7 +257,7 @@ def measure_prefills(
     model: Any, prompt: Any, block_size: int, backends: list[str], warmup: int = 1, repeat: int = 5
 ) -> dict[str, Timing]:
     """Time the prefill ways: transformers' (``hf eager``), its vision tower alone, the lean vision tower
-    (``vision lean``; on CUDA also compiled and replayed from a CUDA graph, with bf16 and FP8 blocks), and
+    (``vision lean``; on CUDA also compiled and replayed from a CUDA graph), and
     the fast path's whole prefill (lean vision tower + lean layers into a static cache, ``lean <backend>``;
     on CUDA also compiled and graphed, the tower and the text prefill) and its text part alone
     (``text lean <backend>``).
@@ -291,11 +291,6 @@ def measure_prefills(
         for fast, tower in towers.items():
             timings[f"vision lean{' compile graph' if fast else ''}"] = time_call(
                 lambda t=tower: t(pixels, grid), model.device, warmup, repeat
-            )
-        if model.device.type == "cuda":  # FP8's products pay at the GPU's patch counts only
-            fp8_tower = LeanVision(model, compile=True, cuda_graph=True, weights="fp8")
-            timings["vision lean compile graph fp8"] = time_call(
-                lambda: fp8_tower(pixels, grid), model.device, warmup, repeat
             )
     inputs = prompt_inputs(model, prompt, towers[False])
     decoders = {fast: LeanDecoder(model, compile=fast) for fast in towers}  # compiled once, for every backend

@@ -117,10 +117,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param(
         "decoder.weights",
         _DECODE.weights,
-        "Matrix weights of the fast backends: bf16 (the model's own), fp8 (opt-in: W8A8 with row-wise "
-        "scales, quantised at load, text layers and vision blocks) or fp8_weight_only (opt-in: the text "
-        "layers' weights in FP8 times bf16 activations, a Triton kernel); docs/DECISIONS.md says what "
-        "their speed and accuracy are known to be.",
+        "Text-layer weights of the fast backends: bf16 (the model's own), fp8 (opt-in: W8A8 with row-wise "
+        "scales, quantised at load) or fp8_weight_only (opt-in: the same weights, bf16 activations, a "
+        "Triton kernel); docs/DECISIONS.md says what their speed and accuracy are known to be.",
         choices=WEIGHT_FORMATS,
     ),
     Param(
