@@ -480,3 +480,42 @@ def test_fused_fp8_forward_matches_the_unfused_one_graphed_and_compiled(bf16_mod
     assert _relative_error(logits["fused"], logits["unfused"]) < 5e-2
     assert _relative_error(logits["fused compiled"], logits["fused"]) < 1e-2
     assert _relative_error(logits["fused compiled split keys"], logits["fused compiled"]) < 5e-2
+
+
+def test_swap_ab_products_at_the_2b_shapes_are_scaled_mm_s():
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    one = torch.ones((), device="cuda")
+    for (tile, n, k), launch in fused.SWAP_AB.items():
+        for m in (tile, tile - 5):  # a full token tile and a masked one
+            x8 = torch.randn(m, k, device="cuda", generator=generator).to(fused.FP8)
+            w8 = (torch.randn(n, k, device="cuda", generator=generator) * 0.05).to(fused.FP8)
+            got = fused.swap_product(x8, w8, *launch)
+            twin = torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            assert _relative_error(got, twin) < 1e-2, (tile, n, k, m)
+
+
+def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
+    bf16_model, planning_prompt, monkeypatch
+):
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
+    def every_shape(m, n, k):  # the tiny model's products through the swap-AB kernel too
+        return (64, 64, 4, 3) if m <= 64 and n % 64 == 0 and k % 64 == 0 else None
+
+    monkeypatch.setattr(fused, "swap_launch", every_shape)
+    size, rows = 8, 4
+    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
+    logits = {}
+    for swap in (False, True):
+        monkeypatch.setattr(fused, "SWAP_AB_ON_CUDA", swap)
+        cache = StaticBlockCache(
+            bf16_model, size, rows, planning_prompt.length, 32, backend="triton", cuda_graphs=True,
+            decoder=LeanDecoder(bf16_model, compile=True, weights="fp8"), prompt_backend="sdpa",
+        )  # fmt: skip
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[swap] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    # the raw products are summed in another order, so a bf16 rounding and with it an e4m3 code may move
+    assert _relative_error(logits[True], logits[False]) < 2e-2

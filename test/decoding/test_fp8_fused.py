@@ -69,6 +69,12 @@ for group in (1, 2):  # a head per program (decode), and groups of heads (a prom
     assert caches[0][:, 3:8].abs().sum() > 0 and caches[0][:, :3].abs().sum() == 0
 assert fused.rope_group(32, 16, 8) == 1 and fused.rope_group(2106, 16, 8) == 8
 assert fused.rope_group(2106, 4, 2) == 2
+
+# the swap-AB product: raw (unscaled) FP8 products, a full token tile and a masked one, in fp32
+for m, n, k, launch in ((32, 128, 256, (64, 128, 4, 2)), (20, 192, 128, (64, 64, 4, 2))):
+    x8 = (torch.randn(m, k, generator=generator) * 30).to(fused.FP8)
+    w8 = (torch.randn(n, k, generator=generator) * 30).to(fused.FP8)
+    close(fused.launch_swap_product(x8, w8, launch, torch.float32), x8.float() @ w8.float().T, "swap product")
 print("ok")
 """
 
@@ -145,3 +151,17 @@ def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -
     assert (got_keys - expected_keys).abs().max() <= 1e-3 * expected_keys.abs().max()
     assert (got - expected).abs().max() <= 1e-3 * expected.abs().max()
     assert not LeanDecoder(tiny_model, weights="bf16").fused  # only W8A8 has fused layers
+
+
+def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_off_cuda(monkeypatch):
+    assert fp8_fused.swap_launch(32, 12288, 2048) == fp8_fused.swap_launch(20, 12288, 2048) is not None
+    assert fp8_fused.swap_launch(64, 2048, 2048) is None  # level or slower there: _scaled_mm
+    assert fp8_fused.swap_launch(2106, 4096, 2048) is None and fp8_fused.swap_launch(32, 2048, 6144) is None
+    generator = torch.Generator().manual_seed(1)
+    x8 = torch.randn(32, 64, generator=generator).to(fp8_fused.FP8)
+    weight = fp8_fused.Fp8Weight(
+        torch.randn(96, 64, generator=generator).to(fp8_fused.FP8), None, torch.ones(())
+    )
+    monkeypatch.setattr(fp8_fused, "SWAP_AB_ON_CUDA", True)  # a CPU product stays _scaled_mm's
+    twin = fp8_fused.swap_product(x8, weight.data, 64, 64, 4, 2)
+    assert torch.equal(fp8_fused.product(x8, weight, torch.bfloat16), twin)

@@ -20,13 +20,14 @@ layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-sca
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
-products in bf16 and FP8 (made operands, ``fp8_linear`` eager and compiled). Each number is the median of
+products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
+2b FP8 forward with the swap-AB products off and on. Each number is the median of
 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab), 24 (vision_attention) or 28 (attention,
 split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8] (the parts to run; default the first three).
+swap_ab,vision_fp8,swap_ab_forward] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -790,6 +791,41 @@ def swap_ab() -> dict[str, dict[str, object]]:
     return results
 
 
+def swap_ab_forward() -> dict[str, dict[str, object]]:
+    """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
+    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``) and off again (the drift):
+    what the products save where each layer's weights come from HBM, not from L2 as in ``swap_ab``."""
+    from wamdiff2_ros.cli.bench import _prompt
+    from wamdiff2_ros.decoding import fp8_fused
+    from wamdiff2_ros.decoding.config import DecodeConfig
+    from wamdiff2_ros.decoding.fast import FastDecoder
+    from wamdiff2_ros.eval import speed
+    from wamdiff2_ros.model.backbone import build_model
+    from wamdiff2_ros.model.tokenizer import MASK_ID, load_tokenizer
+
+    model = build_model("2b", seed=0, dtype="bf16", device=DEVICE)
+    prompt = _prompt(load_tokenizer(), "1920x1080")
+    config = DecodeConfig(
+        block_size=32, steps=8, commit_rule="low_confidence_static", backend="triton", cuda_graphs=True,
+        compile=True, weights="fp8",
+    )  # fmt: skip
+    results = {}
+    for index, swap in enumerate((False, True, False)):
+        fp8_fused.SWAP_AB_ON_CUDA = swap
+        cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
+        cache.prefill(prompt)
+        cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
+        graph = cache.graphs.graphs[32][0]
+
+        def replay(cache: Any = cache, graph: Any = graph) -> None:
+            cache.place(32)
+            graph.replay()
+
+        results[f"{index} swap-AB {'on' if swap else 'off'}"] = speed.profile_replays(replay, DEVICE)
+        print(index, swap, json.dumps(results[f"{index} swap-AB {'on' if swap else 'off'}"]), flush=True)
+    return results
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     parts = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemm", "fp8", "attention"]
@@ -806,6 +842,7 @@ if __name__ == "__main__":
         "vision_attention": vision_attention,
         "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
+        "swap_ab_forward": swap_ab_forward,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:

@@ -4,7 +4,8 @@ The unfused ``fp8`` forward (``lean_layers`` over ``fp8.linear``) quantises each
 kernel of its own and applies the two scale vectors in another: ~20 us per layer on the H200, more than the
 FP8 products save (docs/BENCHMARKS.md, "FP8 weights"). Here every product is the fast unit-scaled
 ``torch._scaled_mm`` (its raw output in the activations' dtype: bf16 keeps fp32's range, so nothing
-overflows), and the scales go where the next kernel reads that output anyway:
+overflows), or at 32-64 rows a swap-AB Triton kernel where that measured faster (``SWAP_AB``; off until
+timed in the whole forward), and the scales go where the next kernel reads that output anyway:
 
 - ``add_norm_quant``: residual add of a raw product (scaled), RMSNorm, per-row FP8 quantisation: one kernel
   before q/k/v and one before gate/up. The MLP's down product is added by the next layer's kernel, so a
@@ -112,6 +113,43 @@ def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, b
         raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps
     )  # fmt: skip
     return q.to(FP8), scale
+
+
+# The swap-AB product's launches (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages): the H100 probe's
+# fastest where they beat the unit-scaled _scaled_mm (tools/probes/gpu_kernels.py swap_ab, docs/BENCHMARKS.md:
+# q/k/v 4.07 against 4.45 us at 32 rows, out 3.85 against 4.26, gate/up 6.35 against 7.48 and 7.09 against
+# 8.14 at 64; down and the 64-row q/k/v and out were level or slower).
+SWAP_AB = {
+    (32, 4096, 2048): (64, 256, 4, 3),
+    (32, 2048, 2048): (64, 256, 4, 3),
+    (32, 12288, 2048): (128, 128, 4, 4),
+    (64, 12288, 2048): (128, 128, 4, 4),
+}
+# Off until the swap-AB products are timed in the whole forward: the probe timed 20 back-to-back calls of
+# one product, whose weights may have stayed in the 50 MB L2 (docs/BENCHMARKS.md "Next on a GPU", item 2).
+SWAP_AB_ON_CUDA = False
+
+
+def swap_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
+    """The swap-AB launch for an (m, k) x (n, k) product, or None where ``_scaled_mm`` is the faster."""
+    tile = 1 << max(m - 1, 1).bit_length()  # the next power of two
+    return SWAP_AB.get((tile, n, k))
+
+
+def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
+
+    (m, k), n = x8.shape, data.shape[0]
+    block_n, block_k, warps, stages = launch
+    if n % block_n or k % block_k or not x8.is_contiguous() or not data.is_contiguous():
+        raise ValueError(f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch}")
+    out = torch.empty((m, n), dtype=dtype, device=x8.device)
+    tokens = max(16, 1 << max(m - 1, 1).bit_length())
+    kernels.swap_product[(n // block_n,)](
+        data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        num_stages=stages,
+    )  # fmt: skip
+    return out
 
 
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
@@ -237,8 +275,29 @@ def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, 
 # product still to be added by the next norm).
 
 
+@torch.library.custom_op("wamdiff2::fp8_swap_product", mutates_args=())
+def swap_product(
+    x8: torch.Tensor, data: torch.Tensor, block_n: int, block_k: int, warps: int, stages: int
+) -> torch.Tensor:
+    """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere)."""
+    if x8.device.type != "cuda":
+        one = torch.ones((), device=x8.device)
+        return torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16)
+
+
+@swap_product.register_fake
+def _(x8, data, block_n, block_k, warps, stages):
+    return x8.new_empty((x8.shape[0], data.shape[0]), dtype=torch.bfloat16)
+
+
 def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
-    """FP8 rows times an FP8 weight, unscaled, into ``dtype`` (the caller's kernel applies both scales)."""
+    """FP8 rows times an FP8 weight, unscaled, into ``dtype`` (the caller's kernel applies both scales):
+    ``_scaled_mm``, or the swap-AB kernel where it is the faster (``SWAP_AB``, with ``SWAP_AB_ON_CUDA``)."""
+    if SWAP_AB_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
+        launch = swap_launch(x8.shape[0], *weight.data.shape)
+        if launch is not None:
+            return swap_product(x8, weight.data, *launch)
     return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
 
 

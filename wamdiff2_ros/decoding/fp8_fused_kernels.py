@@ -131,3 +131,22 @@ def rope_store(
         out = v_ptr + row * stride_v_row + slot * stride_v_slot + (heads - HEADS - KV_HEADS) * D
         tl.store(out + dims, first.to(dtype))
         tl.store(out + half + dims, second.to(dtype))
+
+
+@triton.jit
+def swap_product(
+    w_ptr, x_ptr, out_ptr, m, n, k, TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
+    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side.
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tokens = tl.arange(0, TOKENS)
+    depth = tl.arange(0, BLOCK_K)
+    inside = tokens < m
+    acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
+    for first in range(0, k, BLOCK_K):
+        w = tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :])
+        x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
+        acc = tl.dot(w, tl.trans(x), acc)
+    out = out_ptr + tokens[None, :] * n + rows[:, None]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside[None, :])
