@@ -4,8 +4,8 @@ The unfused ``fp8`` forward (``lean_layers`` over ``fp8.linear``) quantises each
 kernel of its own and applies the two scale vectors in another: ~20 us per layer on the H200, more than the
 FP8 products save (docs/BENCHMARKS.md, "FP8 weights"). Here every product is the fast unit-scaled
 ``torch._scaled_mm`` (its raw output in the activations' dtype: bf16 keeps fp32's range, so nothing
-overflows), or at 32-64 rows a swap-AB Triton kernel where that measured faster alone (``SWAP_AB``; off:
-in the forward it saves only 1.8 %), and the scales go where the next kernel reads that output anyway:
+overflows), or at 32-64 rows a swap-AB Triton kernel where that measured faster (``SWAP_AB``: 1.8 % of
+the forward's kernel time), and the scales go where the next kernel reads that output anyway:
 
 - ``add_norm_quant``: residual add of a raw product (scaled), RMSNorm, per-row FP8 quantisation: one kernel
   before q/k/v and one before gate/up. The MLP's down product is added by the next layer's kernel, so a
@@ -125,9 +125,9 @@ SWAP_AB = {
     (32, 12288, 2048): (128, 128, 4, 4),
     (64, 12288, 2048): (128, 128, 4, 4),
 }
-# Off: in the whole 2b forward on the H100 they saved 27 us of kernel time (-1.8 % busy), which the wall
-# time did not resolve (docs/BENCHMARKS.md, thirty-ninth session). Their use is epilogues still to come.
-SWAP_AB_ON_CUDA = False
+# On since their run in the whole 2b forward on the H100: 27 us less kernel time (-1.8 % busy; the wall time
+# drifted more than that between captures: docs/BENCHMARKS.md, thirty-ninth session). False: _scaled_mm.
+SWAP_AB_ON_CUDA = True
 
 
 def swap_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
