@@ -519,3 +519,50 @@ def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
         logits[swap] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
     # the raw products are summed in another order, so a bf16 rounding and with it an e4m3 code may move
     assert _relative_error(logits[True], logits[False]) < 2e-2
+
+
+@pytest.mark.parametrize("rows", [32, 27])
+def test_the_fused_qkv_kernel_at_the_2b_shape_is_the_product_then_rope_store(rows):
+    from wamdiff2_ros.decoding import fp8_fused as fused
+    from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
+    from wamdiff2_ros.decoding.lean_layers import rope_angles
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x8, h_scale = quantize_rows(torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16())
+    weight = quantize_weight(torch.randn(4096, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
+    qk_norm = (torch.randn(24, 128, device="cuda", generator=generator) * 0.1 + 1).bfloat16()
+    slots = torch.arange(100, 100 + rows, device="cuda")
+    inverse = 1.0 / 1e6 ** (torch.arange(0, 128, 2, device="cuda").float() / 128)
+    cos, sin = rope_angles(slots, inverse, torch.bfloat16)
+    caches = [torch.zeros(1, rows + 200, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    inputs = (h_scale, weight.scale, qk_norm, cos, sin)
+    launch = fused.qkv_launch(rows, 4096, 2048)
+    got = fused.qkv_rope_store(x8, weight.data, *inputs, *caches[:2], slots, 16, 1e-6, 1, *launch)
+    raw = fused.product(x8, weight, torch.bfloat16).view(1, rows, -1)
+    expected = fused.rope_store(raw, *inputs, *caches[2:], slots, 16, 1e-6)
+    for fast, twin in ((got, expected), (caches[0], caches[2]), (caches[1], caches[3])):
+        assert _relative_error(fast, twin) < 1e-2
+
+
+def test_the_fused_fp8_forward_with_the_fused_qkv_kernel_is_the_one_without(
+    bf16_model, planning_prompt, monkeypatch
+):
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
+    def every_shape(m, n, k):  # the tiny model's q/k/v through the fused kernel
+        return (64, 4, 3) if m <= 64 and k % 64 == 0 else None
+
+    monkeypatch.setattr(fused, "qkv_launch", every_shape)
+    size, rows = 8, 4
+    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
+    logits = {}
+    for epilogue in (False, True):
+        monkeypatch.setattr(fused, "QKV_EPILOGUE_ON_CUDA", epilogue)
+        cache = StaticBlockCache(
+            bf16_model, size, rows, planning_prompt.length, 32, backend="triton", cuda_graphs=True,
+            decoder=LeanDecoder(bf16_model, compile=True, weights="fp8"), prompt_backend="sdpa",
+        )  # fmt: skip
+        cache.prefill(planning_prompt)
+        cache.write(blocks[0])
+        logits[epilogue] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
+    assert _relative_error(logits[True], logits[False]) < 2e-2

@@ -21,7 +21,7 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products off and on. Each number is the median of
+2b FP8 forward with the swap-AB products and the fused q/k/v kernel off and on. Each number is the median of
 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab), 24 (vision_attention) or 28 (attention,
 split_keys, shared_prefix) calls.
 
@@ -793,8 +793,9 @@ def swap_ab() -> dict[str, dict[str, object]]:
 
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``) and off again (the drift):
-    what the products save where each layer's weights come from HBM, not from L2 as in ``swap_ab``."""
+    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``), with the fused q/k/v kernel
+    too (``QKV_EPILOGUE_ON_CUDA``) and off again (the drift): what they save where each layer's weights come
+    from HBM, not from L2 as in ``swap_ab``."""
     from wamdiff2_ros.cli.bench import _prompt
     from wamdiff2_ros.decoding import fp8_fused
     from wamdiff2_ros.decoding.config import DecodeConfig
@@ -810,8 +811,9 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
         compile=True, weights="fp8",
     )  # fmt: skip
     results = {}
-    for index, swap in enumerate((False, True, False)):
-        fp8_fused.SWAP_AB_ON_CUDA = swap
+    variants = [("off", False, False), ("swap-AB", True, False), ("swap-AB + q/k/v epilogue", True, True)]
+    for index, (name, swap, epilogue) in enumerate([*variants, ("off again", False, False)]):
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.QKV_EPILOGUE_ON_CUDA = swap, epilogue
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -821,8 +823,8 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
             cache.place(32)
             graph.replay()
 
-        results[f"{index} swap-AB {'on' if swap else 'off'}"] = speed.profile_replays(replay, DEVICE)
-        print(index, swap, json.dumps(results[f"{index} swap-AB {'on' if swap else 'off'}"]), flush=True)
+        results[f"{index} {name}"] = speed.profile_replays(replay, DEVICE)
+        print(index, name, json.dumps(results[f"{index} {name}"]), flush=True)
     return results
 
 

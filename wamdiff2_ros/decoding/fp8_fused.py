@@ -13,6 +13,8 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
+- ``qkv_rope_store``: at 32-64 rows the q/k/v product and ``rope_store`` in one swap-AB kernel, a head a
+  program (``QKV_EPILOGUE``; off on CUDA until timed in the forward).
 
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
 torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
@@ -152,6 +154,35 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
     return out
 
 
+# The q/k/v product with rope_store in its epilogue (one head a program, swap-AB): (token tile, N, K) ->
+# (BLOCK_K, warps, stages). Not yet timed: off on CUDA until `gpu_kernels.py swap_ab_forward` shows the
+# forward faster with it (docs/BENCHMARKS.md "Next on a GPU", item 2); the launch is a first guess.
+QKV_EPILOGUE = {(32, 4096, 2048): (128, 4, 3), (64, 4096, 2048): (128, 4, 3)}
+QKV_EPILOGUE_ON_CUDA = False
+
+
+def launch_qkv_rope_store(
+    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, launch
+):
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
+
+    m, k = x8.shape
+    length = m // rows
+    qk_heads, dim = qk_norm.shape
+    kv_heads = qk_heads - heads
+    block_k, warps, stages = launch
+    if k % block_k or not x8.is_contiguous() or not data.is_contiguous() or m % rows:
+        raise ValueError(f"q/k/v of ({m}, {k}) x {tuple(data.shape)} cannot take the launch {launch}")
+    q = torch.empty((rows, length, heads, dim), dtype=keys.dtype, device=x8.device)
+    tokens = max(16, 1 << max(m - 1, 1).bit_length())
+    kernels.qkv_rope_store[(qk_heads + kv_heads,)](
+        data, x8, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, m, k, length,
+        cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps, HEADS=heads,
+        KV_HEADS=kv_heads, D=dim, TOKENS=tokens, BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return q
+
+
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
     """Heads per program of the rotary kernel: one at decode sizes (many programs for few tokens), else the
     most, up to 8, that divide both head counts (a program's heads are then all of one kind)."""
@@ -271,6 +302,51 @@ def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, 
     return raw.new_empty((raw.shape[0], raw.shape[1], heads, qk_norm.shape[1]))
 
 
+@torch.library.custom_op("wamdiff2::fp8_qkv_rope_store", mutates_args=("keys", "values"))
+def qkv_rope_store(
+    x8: torch.Tensor,
+    data: torch.Tensor,
+    row_scale: torch.Tensor,
+    col_scale: torch.Tensor,
+    qk_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    eps: float,
+    rows: int,
+    block_k: int,
+    warps: int,
+    stages: int,
+) -> torch.Tensor:
+    """``rope_store`` of the q/k/v product of ``x8`` (rows x n, K) in one kernel on CUDA: queries (rows, n,
+    Hq, D), k and v stored; elsewhere its twin, the product then ``rope_store``'s."""
+    if x8.device.type != "cuda":
+        one = torch.ones((), device=x8.device)
+        raw = torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=keys.dtype)
+        raw = raw.view(rows, x8.shape[0] // rows, -1)
+        queries = reference_rope_store(
+            raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
+        )
+        return queries.contiguous()
+    launch = (block_k, warps, stages)
+    return launch_qkv_rope_store(
+        x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, launch
+    )
+
+
+@qkv_rope_store.register_fake
+def _(x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, *launch):
+    return keys.new_empty((rows, x8.shape[0] // rows, heads, qk_norm.shape[1]))
+
+
+def qkv_launch(m: int, n: int, k: int) -> tuple[int, int, int] | None:
+    """The fused q/k/v launch for m rows of an (n, k) q/k/v weight, or None (the product, then rope_store)."""
+    return QKV_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), n, k))
+
+
 # The layer on these ops (the state between two attention calls is the hidden states, the MLP's down
 # product still to be added by the next norm).
 
@@ -310,6 +386,25 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
         h8, h_scale = quant_rows(F.rms_norm(flat, (hidden,), input_norm, eps))
     else:
         flat, h8, h_scale = add_norm_quant(flat, *pending, input_norm, eps)
+    launch = qkv_launch(rows * length, *qkv.data.shape) if QKV_EPILOGUE_ON_CUDA and h8.is_cuda else None
+    if launch is not None:
+        q = qkv_rope_store(
+            h8,
+            qkv.data,
+            h_scale,
+            qkv.scale,
+            qk_norm,
+            cos,
+            sin,
+            keys,
+            values,
+            slots,
+            heads,
+            eps,
+            rows,
+            *launch,
+        )
+        return flat.view(rows, length, hidden), q
     raw = product(h8, qkv, x.dtype).view(rows, length, -1)
     q = rope_store(raw, h_scale, qkv.scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
     return flat.view(rows, length, hidden), q

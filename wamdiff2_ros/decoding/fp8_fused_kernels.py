@@ -150,3 +150,69 @@ def swap_product(
         acc = tl.dot(w, tl.trans(x), acc)
     out = out_ptr + tokens[None, :] * n + rows[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside[None, :])
+
+
+@triton.jit
+def qkv_rope_store(
+    w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
+    m, k, length, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # One head of the q/k/v product for all m <= TOKENS rows, swap-AB (the head's two halves of D / 2 weight
+    # rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded where
+    # rope_store rounds the raw product (its twin: the product, then rope_store).
+    head = tl.program_id(0)
+    half: tl.constexpr = D // 2
+    dims = tl.arange(0, half)
+    tokens = tl.arange(0, TOKENS)
+    depth = tl.arange(0, BLOCK_K)
+    inside = tokens < m
+    rows_first = head * D + dims
+    first = tl.zeros((half, TOKENS), tl.float32)
+    second = tl.zeros((half, TOKENS), tl.float32)
+    for start in range(0, k, BLOCK_K):
+        x = tl.load(x_ptr + tokens[:, None] * k + (start + depth)[None, :], mask=inside[:, None], other=0.0)
+        x = tl.trans(x)
+        first = tl.dot(tl.load(w_ptr + rows_first[:, None] * k + (start + depth)[None, :]), x, first)
+        second = tl.dot(
+            tl.load(w_ptr + (rows_first + half)[:, None] * k + (start + depth)[None, :]), x, second
+        )
+    dtype = q_ptr.dtype.element_ty
+    row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
+    first = first.to(dtype).to(tl.float32) * row_scale * tl.load(col_scale_ptr + rows_first)[:, None]
+    second = second.to(dtype).to(tl.float32) * row_scale * tl.load(col_scale_ptr + rows_first + half)[:, None]
+    first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
+    row, token = tokens // length, tokens % length
+    slot = tl.load(slots_ptr + token, mask=inside, other=0)[None, :]
+    stored = inside[None, :]
+    if head < HEADS + KV_HEADS:
+        squares = tl.sum(first * first, axis=0) + tl.sum(second * second, axis=0)
+        inverse = tl.math.rsqrt(squares / D + eps)[None, :]
+        first = (first * inverse).to(dtype).to(tl.float32)
+        second = (second * inverse).to(dtype).to(tl.float32)
+        first = (first * tl.load(norm_ptr + rows_first).to(tl.float32)[:, None]).to(dtype).to(tl.float32)
+        second = (
+            (second * tl.load(norm_ptr + rows_first + half).to(tl.float32)[:, None]).to(dtype).to(tl.float32)
+        )
+        angle = token[None, :] * stride_angle + dims[:, None]
+        cos_first = tl.load(cos_ptr + angle, mask=stored, other=0.0).to(tl.float32)
+        cos_second = tl.load(cos_ptr + angle + half, mask=stored, other=0.0).to(tl.float32)
+        sin_first = tl.load(sin_ptr + angle, mask=stored, other=0.0).to(tl.float32)
+        sin_second = tl.load(sin_ptr + angle + half, mask=stored, other=0.0).to(tl.float32)
+        rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (-second * sin_first).to(dtype).to(
+            tl.float32
+        )
+        rotated_second = (second * cos_second).to(dtype).to(tl.float32) + (first * sin_second).to(dtype).to(
+            tl.float32
+        )
+        if head < HEADS:
+            out = q_ptr + (tokens[None, :] * HEADS + head) * D
+        else:
+            out = k_ptr + row[None, :] * stride_k_row + slot * stride_k_slot + (head - HEADS) * D
+        tl.store(out + dims[:, None], rotated_first.to(dtype), mask=stored)
+        tl.store(out + half + dims[:, None], rotated_second.to(dtype), mask=stored)
+    else:
+        out = v_ptr + row[None, :] * stride_v_row + slot * stride_v_slot + (head - HEADS - KV_HEADS) * D
+        tl.store(out + dims[:, None], first.to(dtype), mask=stored)
+        tl.store(out + half + dims[:, None], second.to(dtype), mask=stored)
