@@ -338,7 +338,10 @@ def qkv_rope_store(
 
 
 @qkv_rope_store.register_fake
-def _(x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, *launch):
+def _(
+    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, block_k, warps,
+    stages,
+):  # fmt: skip
     return keys.new_empty((rows, x8.shape[0] // rows, heads, qk_norm.shape[1]))
 
 
