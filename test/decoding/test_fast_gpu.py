@@ -505,19 +505,27 @@ def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
         return (64, 64, 4, 3) if m <= 64 and n % 64 == 0 and k % 64 == 0 else None
 
     monkeypatch.setattr(fused, "swap_launch", every_shape)
+    _assert_same_fp8_forward_with_and_without(bf16_model, planning_prompt, monkeypatch, "SWAP_AB_ON_CUDA")
+
+
+def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch: str) -> None:
+    # The compiled, graphed fused FP8 forward (4 rows, a block of 8 written and one denoised) with the
+    # kernels ``fp8_fused.<switch>`` turns on and without: the raw products are summed in another order, so
+    # a bf16 rounding and with it an e4m3 code may move.
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
     size, rows = 8, 4
     blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
     logits = {}
-    for swap in (False, True):
-        monkeypatch.setattr(fused, "SWAP_AB_ON_CUDA", swap)
+    for on in (False, True):
+        monkeypatch.setattr(fused, switch, on)
         cache = StaticBlockCache(
-            bf16_model, size, rows, planning_prompt.length, 32, backend="triton", cuda_graphs=True,
-            decoder=LeanDecoder(bf16_model, compile=True, weights="fp8"), prompt_backend="sdpa",
+            model, size, rows, prompt.length, 32, backend="triton", cuda_graphs=True,
+            decoder=LeanDecoder(model, compile=True, weights="fp8"), prompt_backend="sdpa",
         )  # fmt: skip
-        cache.prefill(planning_prompt)
+        cache.prefill(prompt)
         cache.write(blocks[0])
-        logits[swap] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
-    # the raw products are summed in another order, so a bf16 rounding and with it an e4m3 code may move
+        logits[on] = head_logits(model, cache.write_and_denoise(blocks[1], blocks[2]))
     assert _relative_error(logits[True], logits[False]) < 2e-2
 
 
@@ -553,16 +561,6 @@ def test_the_fused_fp8_forward_with_the_fused_qkv_kernel_is_the_one_without(
         return (64, 4, 3) if m <= 64 and k % 64 == 0 else None
 
     monkeypatch.setattr(fused, "qkv_launch", every_shape)
-    size, rows = 8, 4
-    blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
-    logits = {}
-    for epilogue in (False, True):
-        monkeypatch.setattr(fused, "QKV_EPILOGUE_ON_CUDA", epilogue)
-        cache = StaticBlockCache(
-            bf16_model, size, rows, planning_prompt.length, 32, backend="triton", cuda_graphs=True,
-            decoder=LeanDecoder(bf16_model, compile=True, weights="fp8"), prompt_backend="sdpa",
-        )  # fmt: skip
-        cache.prefill(planning_prompt)
-        cache.write(blocks[0])
-        logits[epilogue] = head_logits(bf16_model, cache.write_and_denoise(blocks[1], blocks[2]))
-    assert _relative_error(logits[True], logits[False]) < 2e-2
+    _assert_same_fp8_forward_with_and_without(
+        bf16_model, planning_prompt, monkeypatch, "QKV_EPILOGUE_ON_CUDA"
+    )

@@ -623,14 +623,20 @@ def vision_attention() -> dict[str, dict[str, float]]:
     return results
 
 
-def _fastest(calls: dict[str, Callable[[], object]]) -> tuple[str, float]:
-    """The name and us per call of the fastest of ``calls`` (a launch the card cannot take is skipped)."""
+def _timed(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """us per call of each of ``calls`` (20 in a graph; a launch the card cannot take is skipped)."""
     timed = {}
     for name, call in calls.items():
         try:
             timed[name] = graph_ms(repeated(call, 20)) / 20 * 1000
         except Exception as error:  # shared memory or registers over the card's
             print("skipped", name, type(error).__name__, flush=True)
+    return timed
+
+
+def _fastest(calls: dict[str, Callable[[], object]]) -> tuple[str, float]:
+    """The name and us per call of the fastest of ``calls``."""
+    timed = _timed(calls)
     best = min(timed, key=timed.get)
     return best, timed[best]
 
@@ -695,12 +701,7 @@ def _swap_ab_mlp(probe: Any, x8: torch.Tensor, xs: torch.Tensor) -> dict[str, ob
         },
         **{f"down_grouped down{d}": partial(probe.down_grouped, q8, qs, d8, ds, d) for d in (64, 128)},
     }
-    kernels = {}
-    for name, call in one_by_one.items():
-        try:
-            kernels[name] = graph_ms(repeated(call, 20)) / 20 * 1000
-        except Exception as error:  # shared memory or registers over the card's
-            print("skipped", name, type(error).__name__, flush=True)
+    kernels = _timed(one_by_one)
     return {
         "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
         "three kernels' error": probe.relative(fused.settle(zeros, three()), reference),
