@@ -302,6 +302,12 @@ def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, 
     return raw.new_empty((raw.shape[0], raw.shape[1], heads, qk_norm.shape[1]))
 
 
+def _unit_scaled(x8: torch.Tensor, data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # The raw product off CUDA: the twin of the swap-AB kernels (``product`` without its weight's scales).
+    one = torch.ones((), device=x8.device)
+    return torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=dtype)
+
+
 @torch.library.custom_op("wamdiff2::fp8_qkv_rope_store", mutates_args=("keys", "values"))
 def qkv_rope_store(
     x8: torch.Tensor,
@@ -324,8 +330,7 @@ def qkv_rope_store(
     """``rope_store`` of the q/k/v product of ``x8`` (rows x n, K) in one kernel on CUDA: queries (rows, n,
     Hq, D), k and v stored; elsewhere its twin, the product then ``rope_store``'s."""
     if x8.device.type != "cuda":
-        one = torch.ones((), device=x8.device)
-        raw = torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=keys.dtype)
+        raw = _unit_scaled(x8, data, keys.dtype)
         raw = raw.view(rows, x8.shape[0] // rows, -1)
         queries = reference_rope_store(
             raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
@@ -360,8 +365,7 @@ def swap_product(
 ) -> torch.Tensor:
     """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere)."""
     if x8.device.type != "cuda":
-        one = torch.ones((), device=x8.device)
-        return torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return _unit_scaled(x8, data, torch.bfloat16)
     return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16)
 
 
