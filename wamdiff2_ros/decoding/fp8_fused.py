@@ -127,8 +127,9 @@ SWAP_AB = {
     (32, 12288, 2048): (128, 128, 4, 4),
     (64, 12288, 2048): (128, 128, 4, 4),
 }
-# On since their run in the whole 2b forward on the H100: 27 us less kernel time (-1.8 % busy; the wall time
-# drifted more than that between captures: docs/BENCHMARKS.md, thirty-ninth session). False: _scaled_mm.
+# On since their run in the whole 2b forward on the H100: 27 us less kernel time (-1.8 % busy), and `bench
+# decode`'s fp8 row 1,798 tokens/s against 1,686 on one card (docs/BENCHMARKS.md, fortieth session).
+# False: _scaled_mm.
 SWAP_AB_ON_CUDA = True
 
 
@@ -155,8 +156,9 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
 
 
 # The q/k/v product with rope_store in its epilogue (one head a program, swap-AB): (token tile, N, K) ->
-# (BLOCK_K, warps, stages). Not yet timed: off on CUDA until `gpu_kernels.py swap_ab_forward` shows the
-# forward faster with it (docs/BENCHMARKS.md "Next on a GPU", item 2); the launch is a first guess.
+# (BLOCK_K, warps, stages). Off on CUDA: timed in the 2b forward on the H100 it takes 10.9 us a layer against
+# 6.0 + 2.1 for the product then rope_store (32 programs, one head each, are too few for the product;
+# docs/BENCHMARKS.md, fortieth session). The launch is a first guess, not swept.
 QKV_EPILOGUE = {(32, 4096, 2048): (128, 4, 3), (64, 4096, 2048): (128, 4, 3)}
 QKV_EPILOGUE_ON_CUDA = False
 
