@@ -508,6 +508,45 @@ def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
     _assert_same_fp8_forward_with_and_without(bf16_model, planning_prompt, monkeypatch, "SWAP_AB_ON_CUDA")
 
 
+@pytest.mark.parametrize("rows", [32, 27])
+def test_the_fused_mlp_at_the_2b_shape_is_silu_mul_quant_then_the_down_product(rows):
+    from wamdiff2_ros.decoding import fp8_fused as fused
+    from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    h8, h_scale = quantize_rows(torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16())
+    gate_up = quantize_weight(torch.randn(12288, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
+    down = quantize_weight(torch.randn(2048, 6144, device="cuda", generator=generator).bfloat16() * 0.02)
+    x = torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16()
+    launch = fused.mlp_launch(rows, gate_up.data.shape, down.data.shape)
+    partials, scale = fused.fused_mlp(
+        h8, h_scale, gate_up.data, gate_up.scale, down.data, torch.bfloat16, launch
+    )
+    m8, expected_scale = fused.silu_mul_quant(
+        fused.product(h8, gate_up, torch.bfloat16), h_scale, gate_up.scale
+    )
+    raw = fused.product(m8, down, torch.bfloat16)
+    assert _relative_error(scale, expected_scale) < 1e-2
+    assert _relative_error(partials.sum(0), raw) < 1e-2
+    got = fused.add_norm_quant(x, partials, scale, down.scale, torch.ones(2048, device="cuda"), 1e-6)
+    expected = fused.add_norm_quant(x, raw, expected_scale, down.scale, torch.ones(2048, device="cuda"), 1e-6)
+    assert _relative_error(got[0], expected[0]) < 1e-2
+
+
+def test_the_fused_fp8_forward_with_the_fused_mlp_is_the_one_without(
+    bf16_model, planning_prompt, monkeypatch
+):
+    from wamdiff2_ros.decoding import fp8_fused as fused
+
+    def every_shape(m, gate_up, down):  # the tiny model's MLP (64 -> 128 -> 64) through the two kernels
+        return [32, 32, 4, 3, 32, 32, 2, 4, 3] if m <= 64 else None
+
+    monkeypatch.setattr(fused, "mlp_launch", every_shape)
+    _assert_same_fp8_forward_with_and_without(
+        bf16_model, planning_prompt, monkeypatch, "MLP_EPILOGUE_ON_CUDA"
+    )
+
+
 def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch: str) -> None:
     # The compiled, graphed fused FP8 forward (4 rows, a block of 8 written and one denoised) with the
     # kernels ``fp8_fused.<switch>`` turns on and without: the raw products are summed in another order, so

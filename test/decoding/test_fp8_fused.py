@@ -97,6 +97,29 @@ for m, n, k, launch in ((32, 128, 256, (64, 128, 4, 2)), (20, 192, 128, (64, 64,
     x8 = (torch.randn(m, k, generator=generator) * 30).to(fused.FP8)
     w8 = (torch.randn(n, k, generator=generator) * 30).to(fused.FP8)
     close(fused.launch_swap_product(x8, w8, launch, torch.float32), x8.float() @ w8.float().T, "swap product")
+
+# the MLP in two kernels (20 rows: a masked tile of 32; 4 gate/up programs, 2 down programs x 2 splits)
+# against its twin: the gate/up product, silu_mul_quant's, the same splits of the down product
+m, hidden, width = 20, 64, 128
+h8 = (torch.randn(m, hidden, generator=generator) * 30).to(fused.FP8)
+gate_up = (torch.randn(2 * width, hidden, generator=generator) * 30).to(fused.FP8)
+down = (torch.randn(hidden, width, generator=generator) * 30).to(fused.FP8)
+h_scale = torch.rand(m, 1, generator=generator) * 0.01
+gate_up_scale = torch.rand(1, 2 * width, generator=generator) * 0.01
+launch = [32, 32, 4, 2, 32, 32, 2, 4, 2]
+partials, scale = fused.launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
+twin = fused.fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
+expected_partials, expected_scale = twin
+close(scale, expected_scale, "fused MLP scales")
+close(partials, expected_partials, "fused MLP partial sums")
+assert partials.shape == (2, m, hidden) and partials[1].abs().sum() > 0
+# the next layer's add_norm_quant adds the partial sums as it adds a product
+x = torch.randn(m, hidden, generator=generator)
+down_scale = torch.rand(1, hidden, generator=generator) * 0.01
+inputs = (x, partials, scale, down_scale, torch.rand(hidden, generator=generator) + 0.5, 1e-6)
+got, expected = fused.launch_rows(*inputs, add=True, norm=True), fused.reference_add_norm_quant(*inputs)
+close(got[0], expected[0], "add of partial sums")
+close(dequantised(*got[1:]), dequantised(*expected[1:]), "add_norm_quant of partial sums")
 print("ok")
 """
 
@@ -208,3 +231,28 @@ def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_of
     monkeypatch.setattr(fp8_fused, "SWAP_AB_ON_CUDA", True)  # a CPU product stays _scaled_mm's
     twin = fp8_fused.swap_product(x8, weight.data, 64, 64, 4, 2)
     assert torch.equal(fp8_fused.product(x8, weight, torch.bfloat16), twin)
+
+
+def test_the_fused_mlp_twin_settles_as_the_unfused_mlp(monkeypatch):
+    generator = torch.Generator().manual_seed(3)
+    m, hidden, width = 6, 32, 64
+    h8 = (torch.randn(m, hidden, generator=generator) * 10).to(fp8_fused.FP8)
+    h_scale = torch.rand(m, 1, generator=generator) * 0.1
+    gate_up = quantize_weight(torch.randn(2 * width, hidden, generator=generator))
+    down = quantize_weight(torch.randn(hidden, width, generator=generator))
+    x = torch.randn(m, hidden, generator=generator)
+    partials, m_scale = fp8_fused.fused_mlp(
+        h8, h_scale, gate_up.data, gate_up.scale, down.data, x.dtype, [0] * 6 + [4, 0, 0]
+    )
+    m8, expected_scale = fp8_fused.silu_mul_quant(
+        fp8_fused.product(h8, gate_up, x.dtype), h_scale, gate_up.scale
+    )
+    unfused = fp8_fused.settle(x, (fp8_fused.product(m8, down, x.dtype), expected_scale, down.scale))
+    assert partials.shape == (4, m, hidden) and torch.equal(m_scale, expected_scale)
+    got = fp8_fused.settle(x, (partials, m_scale, down.scale))
+    assert (got - unfused).abs().max() <= 1e-5 * unfused.abs().max()  # fp32 sums in another order
+    assert fp8_fused.mlp_launch(27, (12288, 2048), (2048, 6144)) == fp8_fused.mlp_launch(
+        32, (12288, 2048), (2048, 6144)
+    )
+    assert fp8_fused.mlp_launch(27, (12288, 2048), (2048, 6144)) is not None
+    assert fp8_fused.mlp_launch(256, (12288, 2048), (2048, 6144)) is None

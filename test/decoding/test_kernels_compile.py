@@ -34,7 +34,15 @@ SILU = {
 ROWS = {
     "x_ptr": "*bf16", "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
     "weight_ptr": "*bf16", "x_out_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32",
-    "stride_x": "i32", "stride_raw": "i32", "eps": "fp32",
+    "stride_x": "i32", "stride_raw": "i32", "stride_split": "i32", "eps": "fp32",
+}  # fmt: skip
+GATE_UP_SILU = {
+    "w_ptr": "*fp8e4nv", "x_ptr": "*fp8e4nv", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
+    "act_ptr": "*bf16", "top_ptr": "*fp32", "m": "i32", "k": "i32", "width": "i32",
+}  # fmt: skip
+QUANT_DOWN = {
+    "w_ptr": "*fp8e4nv", "act_ptr": "*bf16", "top_ptr": "*fp32", "partial_ptr": "*fp32", "scale_ptr": "*fp32",
+    "m": "i32", "n": "i32", "k": "i32", "programs": "i32",
 }  # fmt: skip
 PARTIAL = {
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bounds_ptr": "*i64", "out_ptr": "*fp32",
@@ -70,8 +78,29 @@ def _kernels():
         "rows: add + norm + quant": (
             fp8_fused_kernels.rows,
             ROWS,
-            {"ADD": True, "NORM": True, "BLOCK": 2048},
+            {"ADD": True, "NORM": True, "BLOCK": 2048, "SPLITS": 1},
             4,
+            0,
+        ),
+        "rows: add of 4 partial sums + norm + quant": (
+            fp8_fused_kernels.rows,
+            {**ROWS, "raw_ptr": "*fp32"},
+            {"ADD": True, "NORM": True, "BLOCK": 2048, "SPLITS": 4},
+            4,
+            0,
+        ),
+        "gate_up_silu at 32 rows": (
+            fp8_fused_kernels.gate_up_silu,
+            GATE_UP_SILU,
+            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128},
+            8,  # at 4 warps 728 bytes spill (fp8_fused.MLP_EPILOGUE)
+            0,
+        ),
+        "quant_down at 32 rows": (
+            fp8_fused_kernels.quant_down,
+            QUANT_DOWN,
+            {"TOKENS": 32, "PROGRAMS": 128, "BLOCK_N": 64, "BLOCK_K": 128, "EXACT_CAST": False},
+            8,
             0,
         ),
         "split-keys partial": (

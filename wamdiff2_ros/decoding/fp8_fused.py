@@ -14,7 +14,10 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
 - ``qkv_rope_store``: at 32-64 rows the q/k/v product and ``rope_store`` in one swap-AB kernel, a head a
-  program (``QKV_EPILOGUE``; off on CUDA until timed in the forward).
+  program (``QKV_EPILOGUE``; off on CUDA: slower in the forward).
+- ``fused_mlp``: at 32-64 rows the MLP in two swap-AB kernels, gate/up with ``silu_mul``'s activation in its
+  epilogue, then the down product quantising its input on the fly, its split sums added by the next
+  ``add_norm_quant`` (``MLP_EPILOGUE``; off on CUDA until timed in the forward).
 
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
 torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
@@ -90,10 +93,11 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     q, scale = fp8_rows(m, width, x.device)
     x_out = torch.empty_like(x) if add else x
     raw = raw if add else x
+    splits = raw.shape[0] if raw.dim() == 3 else 1  # fused_mlp's partial sums of the down product
     kernels.rows[(m,)](
         x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
-        scale, width, x.stride(0), raw.stride(0), eps, ADD=add, NORM=norm, BLOCK=block,
-        num_warps=_warps(block),
+        scale, width, x.stride(0), raw.stride(-2), raw.stride(0) if splits > 1 else 0, eps, ADD=add,
+        NORM=norm, BLOCK=block, SPLITS=splits, num_warps=_warps(block),
     )  # fmt: skip
     return x_out, q.to(FP8), scale
 
@@ -153,6 +157,55 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
         num_stages=stages,
     )  # fmt: skip
     return out
+
+
+# The MLP in two kernels at 32-64 rows (token tile, gate/up N, K, down N) -> (gate/up's BLOCK_N, BLOCK_K,
+# warps, stages; down's BLOCK_N, BLOCK_K, splits, warps, stages). Not yet timed: off on CUDA until the 2b
+# forward's kernel time falls with it (docs/BENCHMARKS.md "Next on a GPU"). The launches are first guesses:
+# 8 warps, as at 4 both kernels spill registers for sm_90a (test_kernels_compile.py).
+MLP_EPILOGUE = {
+    (32, 12288, 2048, 2048): (64, 128, 8, 4, 64, 128, 4, 8, 3),
+    (64, 12288, 2048, 2048): (64, 128, 8, 4, 64, 128, 4, 8, 3),
+}
+MLP_EPILOGUE_ON_CUDA = False
+
+
+def mlp_launch(m: int, gate_up: tuple[int, int], down: tuple[int, int]) -> list[int] | None:
+    """The two-kernel MLP's launch for m rows, or None (the gate/up product, silu_mul_quant, the down)."""
+    launch = MLP_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), *gate_up, down[0]))
+    return list(launch) if launch is not None else None
+
+
+def launch_fused_mlp(
+    h8, h_scale, gate_up, gate_up_scale, down, dtype, launch
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """gate_up_silu then quant_down (any device; CPU tensors under the interpreter): the down product's
+    fp32 partial sums (splits, m, N) and the activations' (m, 1) FP8 scales."""
+    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
+
+    (m, k), width, n = h8.shape, down.shape[1], down.shape[0]
+    block_n, block_k, warps, stages, down_n, down_k, splits, down_warps, down_stages = launch
+    shapes_fit = (
+        width % block_n == 0 and k % block_k == 0 and n % down_n == 0 and width % (splits * down_k) == 0
+    )
+    if not shapes_fit or gate_up.shape != (2 * width, k) or not h8.is_contiguous():
+        raise ValueError(f"an MLP of {tuple(gate_up.shape)} and {tuple(down.shape)} cannot take {launch}")
+    tokens = max(16, 1 << max(m - 1, 1).bit_length())
+    programs = width // block_n
+    act = torch.empty((m, width), dtype=dtype, device=h8.device)
+    top = torch.empty((programs, m), device=h8.device)
+    kernels.gate_up_silu[(programs,)](
+        gate_up, h8, h_scale, gate_up_scale, act, top, m, k, width, TOKENS=tokens, BLOCK_N=block_n,
+        BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    partials = torch.empty((splits, m, n), device=h8.device)
+    scale = torch.empty((m, 1), device=h8.device)
+    kernels.quant_down[(n // down_n, splits)](
+        down, act, top, partials, scale, m, n, width, programs, TOKENS=tokens,
+        PROGRAMS=1 << max(programs - 1, 1).bit_length(), BLOCK_N=down_n, BLOCK_K=down_k,
+        EXACT_CAST=os.environ.get("TRITON_INTERPRET") == "1", num_warps=down_warps, num_stages=down_stages,
+    )  # fmt: skip
+    return partials, scale
 
 
 # The q/k/v product with rope_store in its epilogue (one head a program, swap-AB): (token tile, N, K) ->
@@ -352,6 +405,34 @@ def _(
     return keys.new_empty((rows, x8.shape[0] // rows, heads, qk_norm.shape[1]))
 
 
+@torch.library.custom_op("wamdiff2::fp8_fused_mlp", mutates_args=())
+def fused_mlp(
+    h8: torch.Tensor,
+    h_scale: torch.Tensor,
+    gate_up: torch.Tensor,
+    gate_up_scale: torch.Tensor,
+    down: torch.Tensor,
+    dtype: torch.dtype,
+    launch: list[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The MLP of the normed FP8 rows ``h8`` (m, H): the down product's fp32 partial sums over ``launch``'s
+    splits of its depth (splits, m, N; their sum is the raw down product) and its (m, 1) input scales.
+    On CUDA two kernels; elsewhere the twin: the gate/up product, ``silu_mul_quant``'s, the split down
+    product."""
+    if h8.device.type == "cuda":
+        return launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch)
+    m8, m_scale = reference_silu_mul_quant(_unit_scaled(h8, gate_up, dtype), h_scale, gate_up_scale)
+    depths = m8.float().chunk(launch[6], dim=1)
+    weights = down.float().chunk(launch[6], dim=1)
+    return torch.stack([part @ weight.T for part, weight in zip(depths, weights, strict=True)]), m_scale
+
+
+@fused_mlp.register_fake
+def _(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch):
+    partials = h8.new_empty((launch[6], h8.shape[0], down.shape[0]), dtype=torch.float32)
+    return partials, h8.new_empty((h8.shape[0], 1), dtype=torch.float32)
+
+
 def qkv_launch(m: int, n: int, k: int) -> tuple[int, int, int] | None:
     """The fused q/k/v launch for m rows of an (n, k) q/k/v weight, or None (the product, then rope_store)."""
     return QKV_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), n, k))
@@ -431,13 +512,19 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
     )
+    launch = mlp_launch(h8.shape[0], gate_up.data.shape, down.data.shape)
+    if launch is not None and MLP_EPILOGUE_ON_CUDA and h8.is_cuda:
+        partials, m_scale = fused_mlp(h8, h_scale, gate_up.data, gate_up.scale, down.data, x.dtype, launch)
+        return flat.view(rows, length, hidden), (partials, m_scale, down.scale)
     m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
     return flat.view(rows, length, hidden), (product(m8, down, x.dtype), m_scale, down.scale)
 
 
 def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:
-    """``x`` with the pending product added."""
+    """``x`` with the pending product added (a raw product, or ``fused_mlp``'s partial sums of one)."""
     raw, row_scale, col_scale = pending
+    if raw.dim() == 3:
+        raw = raw.sum(0).to(x.dtype)
     flat = (x.reshape(raw.shape).float() + _scaled(raw, row_scale, col_scale).float()).to(x.dtype)
     return flat.view(x.shape)
 

@@ -8,17 +8,21 @@ import triton.language as tl
 @triton.jit
 def rows(
     x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
-    width, stride_x, stride_raw, eps,
-    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr,
+    width, stride_x, stride_raw, stride_split, eps,
+    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
 ):  # fmt: skip
     # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
+    # raw: a product's output, or SPLITS fp32 partial sums of it (quant_down's), added here and rounded.
     m = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     inside = cols < width
     dtype = x_ptr.dtype.element_ty
     x = tl.load(x_ptr + m * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
     if ADD:
-        raw = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
+        raw = tl.zeros((BLOCK,), tl.float32)
+        for split in tl.static_range(SPLITS):
+            raw += tl.load(raw_ptr + split * stride_split + m * stride_raw + cols, mask=inside, other=0.0)
+        raw = raw.to(dtype).to(tl.float32)
         column = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
         delta = (raw * tl.load(row_scale_ptr + m) * column).to(dtype).to(tl.float32)
         x = (x + delta).to(dtype).to(tl.float32)
@@ -40,6 +44,13 @@ def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, in
     up = tl.load(raw_ptr + m * stride_raw + width + cols, mask=inside, other=0.0).to(tl.float32)
     gate_scale = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
     up_scale = tl.load(col_scale_ptr + width + cols, mask=inside, other=0.0)
+    return silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype)
+
+
+@triton.jit
+def silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype: tl.constexpr):
+    # Raw gate/up products (fp32 holding dtype values) with their scales -> SiLU(gate) * up, each op
+    # rounded to dtype as torch rounds it (reference_silu_mul_quant).
     gate = (gate * row_scale * gate_scale).to(dtype).to(tl.float32)
     up = (up * row_scale * up_scale).to(dtype).to(tl.float32)
     silu = tl.math.div_rn(gate, 1.0 + tl.exp(-gate)).to(dtype).to(tl.float32)
@@ -216,3 +227,83 @@ def qkv_rope_store(
         out = v_ptr + row[None, :] * stride_v_row + slot * stride_v_slot + (head - HEADS - KV_HEADS) * D
         tl.store(out + dims[:, None], first.to(dtype), mask=stored)
         tl.store(out + half + dims[:, None], second.to(dtype), mask=stored)
+
+
+@triton.jit
+def gate_up_silu(
+    w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, act_ptr, top_ptr, m, k, width,
+    TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # Columns [j, j + BLOCK_N) of the MLP's activations for all m <= TOKENS rows: the gate rows j.. and the
+    # up rows width + j.. of the gate/up weight (swap-AB, as swap_product), then silu_mul's activation in
+    # the epilogue, stored in the activations' dtype with each row's largest magnitude over these columns
+    # (top: one row of (programs, m) a program; the down product takes the row's scale from them).
+    program = tl.program_id(0)
+    rows = program * BLOCK_N + tl.arange(0, BLOCK_N)
+    tokens = tl.arange(0, TOKENS)
+    depth = tl.arange(0, BLOCK_K)
+    inside = tokens < m
+    gate = tl.zeros((BLOCK_N, TOKENS), tl.float32)
+    up = tl.zeros((BLOCK_N, TOKENS), tl.float32)
+    for first in range(0, k, BLOCK_K):
+        x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
+        x = tl.trans(x)
+        gate = tl.dot(tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :]), x, gate)
+        up = tl.dot(tl.load(w_ptr + (width + rows)[:, None] * k + (first + depth)[None, :]), x, up)
+    dtype = act_ptr.dtype.element_ty
+    row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
+    gate_scale = tl.load(col_scale_ptr + rows)[:, None]
+    up_scale = tl.load(col_scale_ptr + width + rows)[:, None]
+    gate, up = gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32)  # the product's output rounding
+    act = silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype)
+    tl.store(act_ptr + tokens[None, :] * width + rows[:, None], act.to(dtype), mask=inside[None, :])
+    tl.store(top_ptr + program * m + tokens, tl.max(tl.abs(act), axis=0), mask=inside)
+
+
+@triton.jit
+def e4m3_grid(v):
+    # v (|v| <= 448) rounded to the nearest e4m3 value, to nearest even, in fp32 arithmetic: adding 2^(e + 20)
+    # leaves 3 bits of v's binade 2^e (2^-9 steps below 2^-6, e4m3's subnormals). The interpreter's own
+    # fp32 -> e4m3 cast is wrong where the rounding carries into the exponent (fp8_fused.fp8_rows).
+    magnitude = tl.abs(v)
+    binade = tl.maximum(((magnitude.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
+    shift = ((binade + 20 + 127) << 23).to(tl.float32, bitcast=True)
+    rounded = (magnitude + shift) - shift
+    return tl.where(v < 0, -rounded, rounded)
+
+
+@triton.jit
+def quant_down(
+    w_ptr, act_ptr, top_ptr, partial_ptr, scale_ptr, m, n, k, programs,
+    TOKENS: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EXACT_CAST: tl.constexpr,
+):  # fmt: skip
+    # Rows [i, i + BLOCK_N) of the down product over one split of its depth k, swap-AB: each row's FP8 scale
+    # from gate_up_silu's tops (silu_mul's, the same maximum), the activations quantised on the fly as
+    # silu_mul quantises them (a row's scale is the same at every depth, so the product stays unscaled),
+    # the split's fp32 sum to partial[split] (the next `rows` kernel adds the splits).
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    split, splits = tl.program_id(1), tl.num_programs(1)
+    tokens = tl.arange(0, TOKENS)
+    inside = tokens < m
+    tops = tl.arange(0, PROGRAMS)
+    top = tl.load(
+        top_ptr + tops[:, None] * m + tokens[None, :],
+        mask=(tops < programs)[:, None] & inside[None, :],
+        other=0.0,
+    )
+    scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
+    if (tl.program_id(0) == 0) & (split == 0):
+        tl.store(scale_ptr + tokens, scale, mask=inside)
+    depth = tl.arange(0, BLOCK_K)
+    span = k // splits
+    acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
+    for first in range(split * span, (split + 1) * span, BLOCK_K):
+        a = tl.load(act_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
+        q = tl.minimum(tl.maximum(tl.math.div_rn(a.to(tl.float32), scale[:, None]), -448.0), 448.0)
+        if EXACT_CAST:
+            q = e4m3_grid(q)
+        q = q.to(w_ptr.dtype.element_ty)
+        acc = tl.dot(tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :]), tl.trans(q), acc)
+    out = partial_ptr + split * m * n + tokens[None, :] * n + rows[:, None]
+    tl.store(out, acc, mask=inside[None, :])
