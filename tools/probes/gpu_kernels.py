@@ -21,13 +21,14 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products and the fused q/k/v kernel off and on. Each number is the median of
-15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab), 24 (vision_attention) or 28 (attention,
-split_keys, shared_prefix) calls.
+2b FP8 forward with the swap-AB products and the two-kernel MLP off and on. fused_mlp: the two-kernel MLP's
+launches swept against the fused layer's three kernels. Each number is the median of 15 graph replays of 20
+(gemm, w8a16, fused_fp8, swap_ab, fused_mlp), 24 (vision_attention) or 28 (attention, split_keys,
+shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8,swap_ab_forward] (the parts to run; default the first three).
+swap_ab,vision_fp8,swap_ab_forward,fused_mlp] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -792,11 +793,63 @@ def swap_ab() -> dict[str, dict[str, object]]:
     return results
 
 
+def fused_mlp() -> dict[str, dict[str, object]]:
+    """``fp8_fused.fused_mlp``'s two kernels at 32 and 64 rows of the 2b MLP, us per call (20 in a graph):
+    gate/up launches swept with a fixed down launch, then down launches with the best gate/up one, against
+    the fused layer's three kernels (the gate/up product, ``silu_mul_quant``, the down product); the error
+    of the fastest against the three (their down product's raw sum)."""
+    from wamdiff2_ros.decoding import fp8_fused as fused
+    from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
+
+    gate_up = quantize_weight(torch.randn(12288, 2048, device=DEVICE).bfloat16() * 0.02)
+    down = quantize_weight(torch.randn(2048, 6144, device=DEVICE).bfloat16() * 0.02)
+    results: dict[str, dict[str, object]] = {}
+    for rows in (32, 64):
+        h8, h_scale = quantize_rows(torch.randn(rows, 2048, device=DEVICE).bfloat16())
+
+        def three(h8: torch.Tensor = h8, h_scale: torch.Tensor = h_scale) -> torch.Tensor:
+            raw = fused.product(h8, gate_up, torch.bfloat16)
+            m8, _ = fused.silu_mul_quant(raw, h_scale, gate_up.scale)
+            return fused.product(m8, down, torch.bfloat16)
+
+        def two(
+            launch: tuple[int, ...], h8: torch.Tensor = h8, h_scale: torch.Tensor = h_scale
+        ) -> torch.Tensor:
+            return fused.launch_fused_mlp(
+                h8, h_scale, gate_up.data, gate_up.scale, down.data, torch.bfloat16, list(launch)
+            )[0]
+
+        down_first = (64, 128, 4, 8, 3)
+        gate_ups = {
+            f"gate_up n{n} k{k} w{w} s{s}": (n, k, w, s)
+            for n in (64, 128) for k in (64, 128) for w in (4, 8) for s in (3, 4)
+        }  # fmt: skip
+        timed_gate_up = _timed({name: partial(two, (*c, *down_first)) for name, c in gate_ups.items()})
+        best_gate_up = gate_ups[min(timed_gate_up, key=timed_gate_up.get)]
+        downs = {
+            f"down n{n} k{k} splits{p} w{w}": (n, k, p, w, 3)
+            for n in (64, 128) for k in (128, 256) for p in (2, 4, 8) for w in (4, 8)
+        }  # fmt: skip
+        timed_down = _timed({name: partial(two, (*best_gate_up, *c)) for name, c in downs.items()})
+        best = (*best_gate_up, *downs[min(timed_down, key=timed_down.get)])
+        reference = three()
+        results[f"M{rows}"] = {
+            "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
+            "two kernels_us": min(timed_down.values()),
+            "launch": best,
+            "error": (two(best).sum(0) - reference.float()).norm().item() / reference.float().norm().item(),
+            "gate_up sweep_us": timed_gate_up,
+            "down sweep_us": timed_down,
+        }
+        print(rows, json.dumps(results[f"M{rows}"]), flush=True)
+    return results
+
+
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``), with the fused q/k/v kernel
-    too (``QKV_EPILOGUE_ON_CUDA``) and off again (the drift): what they save where each layer's weights come
-    from HBM, not from L2 as in ``swap_ab``."""
+    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``), with the two-kernel MLP
+    too (``MLP_EPILOGUE_ON_CUDA``) and the swap-AB products alone again (the drift): what they save where
+    each layer's weights come from HBM, not from L2 as in ``swap_ab`` and ``fused_mlp``."""
     from wamdiff2_ros.cli.bench import _prompt
     from wamdiff2_ros.decoding import fp8_fused
     from wamdiff2_ros.decoding.config import DecodeConfig
@@ -812,9 +865,9 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
         compile=True, weights="fp8",
     )  # fmt: skip
     results = {}
-    variants = [("off", False, False), ("swap-AB", True, False), ("swap-AB + q/k/v epilogue", True, True)]
-    for index, (name, swap, epilogue) in enumerate([*variants, ("off again", False, False)]):
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.QKV_EPILOGUE_ON_CUDA = swap, epilogue
+    variants = [("off", False, False), ("swap-AB", True, False), ("swap-AB + MLP", True, True)]
+    for index, (name, swap, mlp) in enumerate([*variants, ("swap-AB again", True, False)]):
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.MLP_EPILOGUE_ON_CUDA = swap, mlp
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -846,6 +899,7 @@ if __name__ == "__main__":
         "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
+        "fused_mlp": fused_mlp,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
