@@ -10,7 +10,6 @@ planning answer is the expert's plan from the reached state; detection and QA de
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -21,6 +20,7 @@ from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, PolicyFactory, run_ep
 from wamdiff2_ros.sim.dataset import GenerateConfig, episode_seed, generate, sample
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.expert import HORIZON_TICKS, expert_plan, ground_truth
+from wamdiff2_ros.sim.ordered_pool import ordered_results
 from wamdiff2_ros.sim.render import render_front
 from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene
@@ -111,14 +111,8 @@ def generate_dagger(
             return
         # spawn, not fork: a model's threads and CUDA state do not survive a fork
         context = multiprocessing.get_context("spawn")
-        with context.Pool(workers) as pool:
-            for start in itertools.count(0, 4 * workers):
-                batch = [
-                    (e, config, loop, make_policy) for e in range(start, min(start + 4 * workers, limit))
-                ]
-                if not batch:
-                    return
-                yield from pool.imap(_worker_episode, batch)
+        job = lambda episode: (episode, config, loop, make_policy)  # noqa: E731
+        yield from ordered_results(context, workers, _worker_episode, job, 4 * workers, count=limit)
 
     return generate(config, progress, episodes())
 

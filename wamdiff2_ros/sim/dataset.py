@@ -32,6 +32,7 @@ from wamdiff2_ros.sim.expert import (
     record_drive,
     sample_indices,
 )
+from wamdiff2_ros.sim.ordered_pool import ordered_results
 from wamdiff2_ros.sim.render import encode_png, render_front
 from wamdiff2_ros.sim.scenes import SCENE_KINDS, make_scene
 
@@ -166,14 +167,11 @@ def _episodes(config: GenerateConfig) -> Iterator[list[dict]]:
     if workers == 1:
         for episode in itertools.count():
             yield _episode((config, episode))
-    # Ordered results keep the output independent of scheduling. Workers come from a fork server, not a
-    # fork of the caller: forked from a recipe process (torch's threads started) they hung once
-    # (2026-12-03: five of fourteen exited, imap waited forever).
+    # Workers come from a fork server, not a fork of the caller: forked from a recipe process (torch's
+    # threads started) they hung once (2026-12-03: five of fourteen exited, imap waited forever).
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])  # the server imports the simulator once, its forks share it
-    with context.Pool(workers) as pool:
-        for start in itertools.count(0, batch):
-            yield from pool.imap(_episode, [(config, e) for e in range(start, start + batch)])
+    yield from ordered_results(context, workers, _episode, lambda episode: (config, episode), batch)
 
 
 def generate(

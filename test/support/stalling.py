@@ -1,0 +1,13 @@
+"""A worker function for the pool tests (importable by spawned processes, unlike a test module)."""
+
+from __future__ import annotations
+
+import time
+
+
+def square_or_hang(job: tuple[int, bool]) -> int:
+    """``index`` squared, or a worker that never answers (the parent gives up on it and ends the pool)."""
+    index, hang = job
+    if hang:
+        time.sleep(3600)
+    return index * index
