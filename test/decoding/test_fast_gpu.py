@@ -597,7 +597,7 @@ def test_the_fused_fp8_forward_with_the_fused_qkv_kernel_is_the_one_without(
     from wamdiff2_ros.decoding import fp8_fused as fused
 
     def every_shape(m, n, k):  # the tiny model's q/k/v through the fused kernel
-        return (64, 4, 3) if m <= 64 and k % 64 == 0 else None
+        return (16, 64, 4, 3) if m <= 64 and k % 64 == 0 else None
 
     monkeypatch.setattr(fused, "qkv_launch", every_shape)
     _assert_same_fp8_forward_with_and_without(

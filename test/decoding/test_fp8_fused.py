@@ -72,9 +72,9 @@ for group in (1, 2):  # a head per program (decode), and groups of heads (a prom
 assert fused.rope_group(32, 16, 8) == 1 and fused.rope_group(2106, 16, 8) == 8
 assert fused.rope_group(2106, 4, 2) == 2
 
-# the q/k/v product with rope_store in its epilogue (2 rows x 5 tokens: a masked tile of 16), 4 query / 2 KV
-# heads of 32, against the product then rope_store's twin
-rows, length, heads, kv_heads, dim, depth = 2, 5, 4, 2, 32, 64
+# the q/k/v product with rope_store in its epilogue (2 rows x 10 tokens: two tiles of 16, the second
+# masked), 4 query / 2 KV heads of 32, against the product then rope_store's twin
+rows, length, heads, kv_heads, dim, depth = 2, 10, 4, 2, 32, 64
 x8 = (torch.randn(rows * length, depth, generator=generator) * 30).to(fused.FP8)
 w8 = (torch.randn((heads + 2 * kv_heads) * dim, depth, generator=generator) * 30).to(fused.FP8)
 row_scale = torch.rand(rows * length, 1, generator=generator) * 0.01
@@ -82,15 +82,15 @@ col_scale = torch.rand(1, w8.shape[0], generator=generator) * 0.01
 qk_norm = torch.rand(heads + kv_heads, dim, generator=generator) + 0.5
 slots = torch.arange(3, 3 + length)
 cos, sin = rope_angles(slots + 7, 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), torch.float32)
-caches = [torch.zeros(rows, 12, kv_heads, dim) for _ in range(4)]
+caches = [torch.zeros(rows, 16, kv_heads, dim) for _ in range(4)]
 raw = (x8.float() @ w8.float().T).view(rows, length, -1)
 inputs = (row_scale, col_scale, qk_norm, cos, sin)
 expected = fused.reference_rope_store(raw, *inputs, *caches[:2], slots, heads, 1e-6)
-got = fused.launch_qkv_rope_store(x8, w8, *inputs, *caches[2:], slots, heads, 1e-6, rows, (32, 4, 2))
+got = fused.launch_qkv_rope_store(x8, w8, *inputs, *caches[2:], slots, heads, 1e-6, rows, (16, 32, 4, 2))
 close(got, expected, "fused q/k/v queries")
 close(caches[2], caches[0], "fused q/k/v keys")
 close(caches[3], caches[1], "fused q/k/v values")
-assert caches[2][:, 3:8].abs().sum() > 0 and caches[2][:, :3].abs().sum() == 0
+assert caches[2][:, 3:13].abs().sum() > 0 and caches[2][:, :3].abs().sum() == 0
 
 # the swap-AB product: raw (unscaled) FP8 products, a full token tile and a masked one, in fp32
 for m, n, k, launch in ((32, 128, 256, (64, 128, 4, 2)), (20, 192, 128, (64, 64, 4, 2))):
@@ -209,7 +209,9 @@ def test_the_fused_qkv_op_off_cuda_is_the_product_then_rope_store():
     cos, sin = rope_angles(slots + 3, torch.rand(dim // 2, generator=generator), torch.float32)
     caches = [torch.zeros(rows, 8, kv_heads, dim) for _ in range(4)]
     inputs = (h_scale, weight.scale, qk_norm, cos, sin)
-    got = fp8_fused.qkv_rope_store(x8, weight.data, *inputs, *caches[:2], slots, heads, 1e-6, rows, 32, 4, 2)
+    got = fp8_fused.qkv_rope_store(
+        x8, weight.data, *inputs, *caches[:2], slots, heads, 1e-6, rows, 16, 32, 4, 2
+    )
     raw = fp8_fused.product(x8, weight, torch.float32).view(rows, length, -1)
     expected = fp8_fused.rope_store(raw, *inputs, *caches[2:], slots, heads, 1e-6)
     assert (

@@ -19,6 +19,13 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 32)
+# What Triton's JIT specialises a launch on (its arguments' values): pointers 16-byte aligned (torch's
+# allocations) and these integer arguments, multiples of 16 wherever the kernels are launched. Without them
+# the loads are not vectorised (the swap-AB product loaded its tiles a byte at a time and spilled ~1 KB).
+MULTIPLES_OF_16 = {
+    "k", "n", "width", "stride_x", "stride_raw", "stride_split", "stride_angle", "stride_k_row",
+    "stride_k_slot", "stride_v_row", "stride_v_slot",
+}  # fmt: skip
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 ROPE = {
@@ -39,6 +46,21 @@ ROWS = {
 GATE_UP_SILU = {
     "w_ptr": "*fp8e4nv", "x_ptr": "*fp8e4nv", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
     "act_ptr": "*bf16", "top_ptr": "*fp32", "m": "i32", "k": "i32", "width": "i32",
+}  # fmt: skip
+SWAP_PRODUCT = {
+    "w_ptr": "*fp8e4nv",
+    "x_ptr": "*fp8e4nv",
+    "out_ptr": "*bf16",
+    "m": "i32",
+    "n": "i32",
+    "k": "i32",
+}
+QKV_ROPE_STORE = {
+    "w_ptr": "*fp8e4nv", "x_ptr": "*fp8e4nv", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
+    "norm_ptr": "*bf16", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "slots_ptr": "*i64", "q_ptr": "*bf16",
+    "k_ptr": "*bf16", "v_ptr": "*bf16", "m": "i32", "k": "i32", "length": "i32", "stride_angle": "i32",
+    "stride_k_row": "i32", "stride_k_slot": "i32", "stride_v_row": "i32", "stride_v_slot": "i32",
+    "eps": "fp32",
 }  # fmt: skip
 QUANT_DOWN = {
     "w_ptr": "*fp8e4nv", "act_ptr": "*bf16", "top_ptr": "*fp32", "partial_ptr": "*fp32", "scale_ptr": "*fp32",
@@ -67,7 +89,7 @@ GRAMMAR = {
 def _kernels():
     import triton.language as tl
 
-    from wamdiff2_ros.decoding import device_grammar_kernels, fp8_fused_kernels
+    from wamdiff2_ros.decoding import device_grammar_kernels, fp8_fused, fp8_fused_kernels
     from wamdiff2_ros.decoding.attention.split_keys import _kernels as split_keys
     from wamdiff2_ros.decoding.device_grammar import kernel_warps
 
@@ -93,14 +115,31 @@ def _kernels():
             fp8_fused_kernels.gate_up_silu,
             GATE_UP_SILU,
             {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128},
-            8,  # at 4 warps 728 bytes spill (fp8_fused.MLP_EPILOGUE)
+            4,
+            0,
+        ),
+        **{
+            f"swap_product {n}x{k}, {warps} warps": (
+                fp8_fused_kernels.swap_product,
+                SWAP_PRODUCT,
+                {"TOKENS": 32, "BLOCK_N": n, "BLOCK_K": k},
+                warps,
+                0,
+            )
+            for n, k, warps, _ in set(fp8_fused.SWAP_AB.values())
+        },
+        "qkv_rope_store, 16 tokens a program": (
+            fp8_fused_kernels.qkv_rope_store,
+            QKV_ROPE_STORE,
+            {**two_b, "TOKENS": 16, "BLOCK_K": 128},
+            4,
             0,
         ),
         "quant_down at 32 rows": (
             fp8_fused_kernels.quant_down,
             QUANT_DOWN,
             {"TOKENS": 32, "PROGRAMS": 128, "BLOCK_N": 64, "BLOCK_K": 128, "EXACT_CAST": False},
-            8,
+            8,  # at 4 warps 80 bytes spill (fp8_fused.MLP_EPILOGUE)
             0,
         ),
         "split-keys partial": (
@@ -138,8 +177,13 @@ def _kernels():
 def test_the_kernel_compiles_for_the_h200_without_spilling(name, tmp_path):
     kernel, signature, constexprs, warps, tolerated = _kernels()[name]
     constexprs = dict(constexprs)
+    aligned = {
+        (kernel.arg_names.index(name),): [["tt.divisibility", 16]]
+        for name, kind in signature.items()
+        if kind.startswith("*") or name in MULTIPLES_OF_16
+    }
     source = ASTSource(fn=kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
-                       constexprs=constexprs)  # fmt: skip
+                       constexprs=constexprs, attrs=aligned)  # fmt: skip
     compiled = triton.compile(source, target=H200, options={"num_warps": warps})
     if not PTXAS.exists():
         pytest.skip("Triton's bundled ptxas is absent")

@@ -161,11 +161,12 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
 
 # The MLP in two kernels at 32-64 rows (token tile, gate/up N, K, down N) -> (gate/up's BLOCK_N, BLOCK_K,
 # warps, stages; down's BLOCK_N, BLOCK_K, splits, warps, stages). Not yet timed: off on CUDA until the 2b
-# forward's kernel time falls with it (docs/BENCHMARKS.md "Next on a GPU"). The launches are first guesses:
-# 8 warps, as at 4 both kernels spill registers for sm_90a (test_kernels_compile.py).
+# forward's kernel time falls with it (docs/BENCHMARKS.md "Next on a GPU"). The launches are first guesses
+# (gate/up as the H100 probe's 7.96-us kernel; the down product at 8 warps: at 4 it spills registers for
+# sm_90a, test_kernels_compile.py).
 MLP_EPILOGUE = {
-    (32, 12288, 2048, 2048): (64, 128, 8, 4, 64, 128, 4, 8, 3),
-    (64, 12288, 2048, 2048): (64, 128, 8, 4, 64, 128, 4, 8, 3),
+    (32, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
+    (64, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
 }
 MLP_EPILOGUE_ON_CUDA = False
 
@@ -208,11 +209,13 @@ def launch_fused_mlp(
     return partials, scale
 
 
-# The q/k/v product with rope_store in its epilogue (one head a program, swap-AB): (token tile, N, K) ->
-# (BLOCK_K, warps, stages). Off on CUDA: timed in the 2b forward on the H100 it takes 10.9 us a layer against
-# 6.0 + 2.1 for the product then rope_store (32 programs, one head each, are too few for the product;
-# docs/BENCHMARKS.md, fortieth session). The launch is a first guess, not swept.
-QKV_EPILOGUE = {(32, 4096, 2048): (128, 4, 3), (64, 4096, 2048): (128, 4, 3)}
+# The q/k/v product with rope_store in its epilogue (a program per head and tile of tokens, swap-AB):
+# (token tile of the rows, N, K) -> (tokens a program, BLOCK_K, warps, stages). Off on CUDA: timed in the 2b
+# forward on the H100 with all 32 rows in one program a head it took 10.9 us a layer against 6.0 + 2.1 for
+# the product then rope_store (32 programs are too few for the product; docs/BENCHMARKS.md, fortieth
+# session). Tiles of 16 tokens (64 programs at 32 rows; a head's weights read twice, the second time
+# mostly from L2) are written, not yet timed.
+QKV_EPILOGUE = {(32, 4096, 2048): (16, 128, 4, 3), (64, 4096, 2048): (16, 128, 4, 3)}
 QKV_EPILOGUE_ON_CUDA = False
 
 
@@ -225,12 +228,11 @@ def launch_qkv_rope_store(
     length = m // rows
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
-    block_k, warps, stages = launch
+    tokens, block_k, warps, stages = launch
     if k % block_k or not x8.is_contiguous() or not data.is_contiguous() or m % rows:
         raise ValueError(f"q/k/v of ({m}, {k}) x {tuple(data.shape)} cannot take the launch {launch}")
     q = torch.empty((rows, length, heads, dim), dtype=keys.dtype, device=x8.device)
-    tokens = max(16, 1 << max(m - 1, 1).bit_length())
-    kernels.qkv_rope_store[(qk_heads + kv_heads,)](
+    kernels.qkv_rope_store[(qk_heads + kv_heads, -(-m // tokens))](
         data, x8, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, m, k, length,
         cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps, HEADS=heads,
         KV_HEADS=kv_heads, D=dim, TOKENS=tokens, BLOCK_K=block_k, num_warps=warps, num_stages=stages,
@@ -378,6 +380,7 @@ def qkv_rope_store(
     heads: int,
     eps: float,
     rows: int,
+    tokens: int,
     block_k: int,
     warps: int,
     stages: int,
@@ -391,7 +394,7 @@ def qkv_rope_store(
             raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
         )
         return queries.contiguous()
-    launch = (block_k, warps, stages)
+    launch = (tokens, block_k, warps, stages)
     return launch_qkv_rope_store(
         x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, launch
     )
@@ -399,8 +402,8 @@ def qkv_rope_store(
 
 @qkv_rope_store.register_fake
 def _(
-    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, block_k, warps,
-    stages,
+    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, tokens, block_k,
+    warps, stages,
 ):  # fmt: skip
     return keys.new_empty((rows, x8.shape[0] // rows, heads, qk_norm.shape[1]))
 
@@ -433,7 +436,7 @@ def _(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch):
     return partials, h8.new_empty((h8.shape[0], 1), dtype=torch.float32)
 
 
-def qkv_launch(m: int, n: int, k: int) -> tuple[int, int, int] | None:
+def qkv_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
     """The fused q/k/v launch for m rows of an (n, k) q/k/v weight, or None (the product, then rope_store)."""
     return QKV_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), n, k))
 

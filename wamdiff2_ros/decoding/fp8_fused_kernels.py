@@ -170,13 +170,13 @@ def qkv_rope_store(
     HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    # One head of the q/k/v product for all m <= TOKENS rows, swap-AB (the head's two halves of D / 2 weight
-    # rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded where
-    # rope_store rounds the raw product (its twin: the product, then rope_store).
+    # One head of the q/k/v product for a tile of TOKENS of the m rows, swap-AB (the head's two halves of
+    # D / 2 weight rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded
+    # where rope_store rounds the raw product (its twin: the product, then rope_store).
     head = tl.program_id(0)
     half: tl.constexpr = D // 2
     dims = tl.arange(0, half)
-    tokens = tl.arange(0, TOKENS)
+    tokens = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
     rows_first = head * D + dims
