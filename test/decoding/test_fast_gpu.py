@@ -547,17 +547,28 @@ def test_the_fused_fp8_forward_with_the_fused_mlp_is_the_one_without(
     )
 
 
-def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch: str) -> None:
+def test_the_fused_fp8_forward_launched_with_pdl_is_the_one_without(bf16_model, planning_prompt, monkeypatch):
+    from wamdiff2_ros.decoding import pdl
+
+    logits = _assert_same_fp8_forward_with_and_without(
+        bf16_model, planning_prompt, monkeypatch, "PDL_ON_CUDA", module=pdl
+    )
+    assert torch.equal(logits[True], logits[False])  # the same kernels in the same order
+
+
+def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch: str, module=None) -> dict:
     # The compiled, graphed fused FP8 forward (4 rows, a block of 8 written and one denoised) with the
-    # kernels ``fp8_fused.<switch>`` turns on and without: the raw products are summed in another order, so
-    # a bf16 rounding and with it an e4m3 code may move.
+    # kernels ``<module>.<switch>`` turns on (``fp8_fused`` by default) and without: the raw products are
+    # summed in another order, so a bf16 rounding and with it an e4m3 code may move. -> both logits.
     from wamdiff2_ros.decoding import fp8_fused as fused
+
+    module = module or fused
 
     size, rows = 8, 4
     blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
     logits = {}
     for on in (False, True):
-        monkeypatch.setattr(fused, switch, on)
+        monkeypatch.setattr(module, switch, on)
         cache = StaticBlockCache(
             model, size, rows, prompt.length, 32, backend="triton", cuda_graphs=True,
             decoder=LeanDecoder(model, compile=True, weights="fp8"), prompt_backend="sdpa",
@@ -566,6 +577,7 @@ def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch
         cache.write(blocks[0])
         logits[on] = head_logits(model, cache.write_and_denoise(blocks[1], blocks[2]))
     assert _relative_error(logits[True], logits[False]) < 2e-2
+    return logits
 
 
 @pytest.mark.parametrize("rows", [32, 27])

@@ -21,7 +21,7 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products, the fused q/k/v kernel and the two-kernel MLP off and on.
+2b FP8 forward with the swap-AB products, the fused q/k/v kernel, the two-kernel MLP and PDL off and on.
 fused_mlp: the two-kernel MLP's launches swept against the fused layer's three kernels. Each number is the
 median of 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab, fused_mlp), 24 (vision_attention) or 28
 (attention, split_keys, shared_prefix) calls.
@@ -848,11 +848,11 @@ def fused_mlp() -> dict[str, dict[str, object]]:
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
     forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``), with the fused q/k/v kernel
-    (``QKV_EPILOGUE_ON_CUDA``), the two-kernel MLP (``MLP_EPILOGUE_ON_CUDA``) or both, and the swap-AB
-    products alone again (the drift): what they save where each layer's weights come from HBM, not from L2
-    as in ``swap_ab`` and ``fused_mlp``."""
+    (``QKV_EPILOGUE_ON_CUDA``), the two-kernel MLP (``MLP_EPILOGUE_ON_CUDA``) or both, launched with PDL
+    (``pdl.PDL_ON_CUDA``), and the swap-AB products alone again (the drift): what they save where each
+    layer's weights come from HBM, not from L2 as in ``swap_ab`` and ``fused_mlp``."""
     from wamdiff2_ros.cli.bench import _prompt
-    from wamdiff2_ros.decoding import fp8_fused
+    from wamdiff2_ros.decoding import fp8_fused, pdl
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.fast import FastDecoder
     from wamdiff2_ros.eval import speed
@@ -866,16 +866,23 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
         compile=True, weights="fp8",
     )  # fmt: skip
     results = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, QKV_EPILOGUE_ON_CUDA, MLP_EPILOGUE_ON_CUDA
-        "off": (False, False, False),
-        "swap-AB": (True, False, False),
-        "swap-AB + q/k/v": (True, True, False),
-        "swap-AB + MLP": (True, False, True),
-        "swap-AB + both": (True, True, True),
-        "swap-AB again": (True, False, False),
+    variants = {  # name: SWAP_AB_ON_CUDA, QKV_EPILOGUE_ON_CUDA, MLP_EPILOGUE_ON_CUDA, pdl.PDL_ON_CUDA
+        "off": (False, False, False, False),
+        "swap-AB": (True, False, False, False),
+        "swap-AB + q/k/v": (True, True, False, False),
+        "swap-AB + MLP": (True, False, True, False),
+        "swap-AB + both": (True, True, True, False),
+        "swap-AB + both + PDL": (True, True, True, True),
+        "swap-AB + PDL": (True, False, False, True),
+        "swap-AB again": (True, False, False, False),
     }
     for index, (name, switches) in enumerate(variants.items()):
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.QKV_EPILOGUE_ON_CUDA, fp8_fused.MLP_EPILOGUE_ON_CUDA = switches
+        swap, qkv, mlp, pdl.PDL_ON_CUDA = switches
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.QKV_EPILOGUE_ON_CUDA, fp8_fused.MLP_EPILOGUE_ON_CUDA = (
+            swap,
+            qkv,
+            mlp,
+        )
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
 from wamdiff2_ros.decoding.lean_layers import queries_and_store, rope_angles
+from wamdiff2_ros.decoding.pdl import launch_options
 
 Pending = tuple[
     torch.Tensor, torch.Tensor, torch.Tensor
@@ -97,7 +98,7 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     kernels.rows[(m,)](
         x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
         scale, width, x.stride(0), raw.stride(-2), raw.stride(0) if splits > 1 else 0, eps, ADD=add,
-        NORM=norm, BLOCK=block, SPLITS=splits, num_warps=_warps(block),
+        NORM=norm, BLOCK=block, SPLITS=splits, num_warps=_warps(block), **launch_options(x.device),
     )  # fmt: skip
     return x_out, q.to(FP8), scale
 
@@ -116,7 +117,8 @@ def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, b
     q, scale = fp8_rows(m, width, raw.device)
     activations = torch.empty((m, width), dtype=raw.dtype, device=raw.device)  # the kernel's scratch
     kernels.silu_mul[(m,)](
-        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps
+        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps,
+        **launch_options(raw.device),
     )  # fmt: skip
     return q.to(FP8), scale
 
@@ -154,7 +156,7 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
     tokens = max(16, 1 << max(m - 1, 1).bit_length())
     kernels.swap_product[(n // block_n,)](
         data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        num_stages=stages,
+        num_stages=stages, **launch_options(x8.device),
     )  # fmt: skip
     return out
 
@@ -197,7 +199,7 @@ def launch_fused_mlp(
     top = torch.empty((programs, m), device=h8.device)
     kernels.gate_up_silu[(programs,)](
         gate_up, h8, h_scale, gate_up_scale, act, top, m, k, width, TOKENS=tokens, BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+        BLOCK_K=block_k, num_warps=warps, num_stages=stages, **launch_options(h8.device),
     )  # fmt: skip
     partials = torch.empty((splits, m, n), device=h8.device)
     scale = torch.empty((m, 1), device=h8.device)
@@ -205,6 +207,7 @@ def launch_fused_mlp(
         down, act, top, partials, scale, m, n, width, programs, TOKENS=tokens,
         PROGRAMS=1 << max(programs - 1, 1).bit_length(), BLOCK_N=down_n, BLOCK_K=down_k,
         EXACT_CAST=os.environ.get("TRITON_INTERPRET") == "1", num_warps=down_warps, num_stages=down_stages,
+        **launch_options(h8.device),
     )  # fmt: skip
     return partials, scale
 
@@ -236,6 +239,7 @@ def launch_qkv_rope_store(
         data, x8, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, m, k, length,
         cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps, HEADS=heads,
         KV_HEADS=kv_heads, D=dim, TOKENS=tokens, BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+        **launch_options(x8.device),
     )  # fmt: skip
     return q
 
@@ -268,6 +272,7 @@ def launch_rope_store(
         raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
         cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps,
         HEADS=heads, KV_HEADS=kv_heads, D=dim, GROUP=group, num_warps=1 if group == 1 else 4,
+        **launch_options(raw.device),
     )  # fmt: skip
     return q
 

@@ -6,13 +6,23 @@ import triton.language as tl
 
 
 @triton.jit
+def wait_for_inputs(PDL: tl.constexpr):
+    # Launched with PDL (decoding/pdl.py): wait until the kernel before this one has finished and its writes
+    # are visible, then let the next kernel's programs be scheduled (they wait here in turn).
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
 def rows(
     x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
     width, stride_x, stride_raw, stride_split, eps,
-    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
+    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
     # raw: a product's output, or SPLITS fp32 partial sums of it (quant_down's), added here and rounded.
+    wait_for_inputs(PDL)
     m = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     inside = cols < width
@@ -59,12 +69,14 @@ def silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype: tl.constexpr
 
 @triton.jit
 def silu_mul(
-    raw_ptr, row_scale_ptr, col_scale_ptr, act_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr
+    raw_ptr, row_scale_ptr, col_scale_ptr, act_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     # One row in chunks of BLOCK, twice: the activations (rounded as torch rounds them) to a scratch row
     # and their maximum, then the scratch row quantised. Recomputing the activations in the second pass
     # (the previous kernel) made the pass arithmetic-bound: 47 us for the prompt's 2,106 rows on the H200,
     # where the bytes need ~18; one pass over a whole row in registers took 64 us there (and 7.5 us at 32).
+    wait_for_inputs(PDL)
     m = tl.program_id(0)
     row_scale = tl.load(row_scale_ptr + m)
     top = tl.zeros((BLOCK,), tl.float32)
@@ -89,12 +101,13 @@ def silu_mul(
 def rope_store(
     raw_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
     length, stride_raw, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # GROUP heads of one token, all of one kind (query, key or value: GROUP divides HEADS and KV_HEADS):
     # scaled q/k/v; q and k normed, weighted and rotated (half-split layout); q to the queries, k and v to
     # their cache slot. One head per program at decode sizes; a prompt's 2,106 tokens x 32 heads as single
     # heads were 67 k programs of one warp (42.9 us on the H200, 4x their bytes).
+    wait_for_inputs(PDL)
     m, head = tl.program_id(0), tl.program_id(1) * GROUP
     row, token = m // length, m % length
     half: tl.constexpr = D // 2
@@ -147,9 +160,11 @@ def rope_store(
 @triton.jit
 def swap_product(
     w_ptr, x_ptr, out_ptr, m, n, k, TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
     # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side.
+    wait_for_inputs(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
@@ -168,11 +183,12 @@ def qkv_rope_store(
     w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
     m, k, length, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
     HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # One head of the q/k/v product for a tile of TOKENS of the m rows, swap-AB (the head's two halves of
     # D / 2 weight rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded
     # where rope_store rounds the raw product (its twin: the product, then rope_store).
+    wait_for_inputs(PDL)
     head = tl.program_id(0)
     half: tl.constexpr = D // 2
     dims = tl.arange(0, half)
@@ -232,12 +248,13 @@ def qkv_rope_store(
 @triton.jit
 def gate_up_silu(
     w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, act_ptr, top_ptr, m, k, width,
-    TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # Columns [j, j + BLOCK_N) of the MLP's activations for all m <= TOKENS rows: the gate rows j.. and the
     # up rows width + j.. of the gate/up weight (swap-AB, as swap_product), then silu_mul's activation in
     # the epilogue, stored in the activations' dtype with each row's largest magnitude over these columns
     # (top: one row of (programs, m) a program; the down product takes the row's scale from them).
+    wait_for_inputs(PDL)
     program = tl.program_id(0)
     rows = program * BLOCK_N + tl.arange(0, BLOCK_N)
     tokens = tl.arange(0, TOKENS)
@@ -276,12 +293,13 @@ def e4m3_grid(v):
 def quant_down(
     w_ptr, act_ptr, top_ptr, partial_ptr, scale_ptr, m, n, k, programs,
     TOKENS: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EXACT_CAST: tl.constexpr,
+    EXACT_CAST: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # Rows [i, i + BLOCK_N) of the down product over one split of its depth k, swap-AB: each row's FP8 scale
     # from gate_up_silu's tops (silu_mul's, the same maximum), the activations quantised on the fly as
     # silu_mul quantises them (a row's scale is the same at every depth, so the product stays unscaled),
     # the split's fp32 sum to partial[split] (the next `rows` kernel adds the splits).
+    wait_for_inputs(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split, splits = tl.program_id(1), tl.num_programs(1)
     tokens = tl.arange(0, TOKENS)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from wamdiff2_ros.decoding.pdl import launch_options
+
 if TYPE_CHECKING:
     from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 
@@ -48,7 +50,11 @@ def _kernels():
         q_ptr, k_ptr, v_ptr, bounds_ptr, out_ptr, lse_ptr, n, tiles_per_row, max_len, scale,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
         QUERIES: tl.constexpr, KEYS: tl.constexpr, CHUNK: tl.constexpr, INTERPRETED: tl.constexpr,
+        PDL: tl.constexpr,
     ):  # fmt: skip
+        if PDL:  # decoding/pdl.py (a closure's kernel sees no helper of another module)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         chunk, head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
@@ -104,9 +110,12 @@ def _kernels():
     def merge(
         parts_ptr, lse_ptr, out_ptr, n, tiles_per_row, chunks,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
-        CHUNKS: tl.constexpr,
+        CHUNKS: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         # One program per packed row: all its chunks in one load (a loop over chunks is latency-bound).
+        if PDL:  # decoding/pdl.py (a closure's kernel sees no helper of another module)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         tile, head, packed = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
@@ -134,12 +143,15 @@ def _kernels():
     def merge_quant(
         parts_ptr, lse_ptr, q8_ptr, scale_ptr, n, tiles_per_row, chunks,
         QUERY_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, QUERIES: tl.constexpr,
-        CHUNKS: tl.constexpr, OUT_DTYPE: tl.constexpr,
+        CHUNKS: tl.constexpr, OUT_DTYPE: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         # One program per query, all its heads as one (Hq, D) tile in registers: each head merged as
         # ``merge`` merges it and rounded to the attention's output dtype, then the row quantised to e4m3
         # with one scale, as ``fp8.quantize_rows`` quantises ``attend``'s output: the fused FP8 layers'
         # attention input with no kernel of its own (and no round trip through memory).
+        if PDL:  # decoding/pdl.py (a closure's kernel sees no helper of another module)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         flat = tl.program_id(0)  # row * n + query
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
@@ -254,7 +266,7 @@ class SplitKeysAttention:
             q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
             length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **self._shape,
             BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
-            INTERPRETED=self.interpreted, num_warps=self.warps,
+            INTERPRETED=self.interpreted, num_warps=self.warps, **launch_options(q.device),
         )  # fmt: skip
         return tiles_per_row
 
@@ -271,7 +283,7 @@ class SplitKeysAttention:
         parts, lse = self.active
         _kernels()[1][(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
             parts, lse, out, length, tiles_per_row, self.chunks, **self._shape, QUERIES=self.queries,
-            CHUNKS=self.chunks_padded,
+            CHUNKS=self.chunks_padded, **launch_options(q.device),
         )  # fmt: skip
         return out.view(rows, length, -1)
 
@@ -293,5 +305,6 @@ class SplitKeysAttention:
         _kernels()[2][(rows * length,)](
             parts, lse, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
             QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype], num_warps=8,
+            **launch_options(q.device),
         )  # fmt: skip
         return q8.to(FP8), scale
