@@ -550,6 +550,9 @@ def test_the_fused_fp8_forward_with_the_fused_mlp_is_the_one_without(
 def test_the_fused_fp8_forward_launched_with_pdl_is_the_one_without(bf16_model, planning_prompt, monkeypatch):
     from wamdiff2_ros.decoding import pdl
 
+    monkeypatch.setattr(pdl, "PDL_ON_CUDA", True)
+    if not pdl.launch_options(torch.device("cuda"))["PDL"]:
+        pytest.skip("PDL needs a Hopper or later GPU")
     logits = _assert_same_fp8_forward_with_and_without(
         bf16_model, planning_prompt, monkeypatch, "PDL_ON_CUDA", module=pdl
     )

@@ -98,15 +98,16 @@ for m, n, k, launch in ((32, 128, 256, (64, 128, 4, 2)), (20, 192, 128, (64, 64,
     w8 = (torch.randn(n, k, generator=generator) * 30).to(fused.FP8)
     close(fused.launch_swap_product(x8, w8, launch, torch.float32), x8.float() @ w8.float().T, "swap product")
 
-# the MLP in two kernels (20 rows: a masked tile of 32; 4 gate/up programs, 2 down programs x 2 splits)
-# against its twin: the gate/up product, silu_mul_quant's, the same splits of the down product
-m, hidden, width = 20, 64, 128
+# the MLP in two kernels (20 rows: a masked tile of 32; 3 gate/up programs, so a masked row of the 4 tops
+# read; 2 down programs x 2 splits) against its twin: the gate/up product, silu_mul_quant's, the same
+# splits of the down product
+m, hidden, width = 20, 64, 192
 h8 = (torch.randn(m, hidden, generator=generator) * 30).to(fused.FP8)
 gate_up = (torch.randn(2 * width, hidden, generator=generator) * 30).to(fused.FP8)
 down = (torch.randn(hidden, width, generator=generator) * 30).to(fused.FP8)
 h_scale = torch.rand(m, 1, generator=generator) * 0.01
 gate_up_scale = torch.rand(1, 2 * width, generator=generator) * 0.01
-launch = [32, 32, 4, 2, 32, 32, 2, 4, 2]
+launch = [64, 32, 4, 2, 32, 32, 2, 4, 2]
 partials, scale = fused.launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
 twin = fused.fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
 expected_partials, expected_scale = twin
@@ -258,3 +259,22 @@ def test_the_fused_mlp_twin_settles_as_the_unfused_mlp(monkeypatch):
     )
     assert fp8_fused.mlp_launch(27, (12288, 2048), (2048, 6144)) is not None
     assert fp8_fused.mlp_launch(256, (12288, 2048), (2048, 6144)) is None
+
+
+def test_the_mlp_launch_is_not_looked_up_while_its_switch_is_off(monkeypatch):
+    # Looked up on a compiled prompt forward's symbolic row count it would guard the graph on the prompt's
+    # length (a recompile for each); with the switch off the lookup must not happen at all.
+    def no_lookup(*_):
+        raise AssertionError("mlp_launch called with MLP_EPILOGUE_ON_CUDA off")
+
+    monkeypatch.setattr(fp8_fused, "mlp_launch", no_lookup)
+    monkeypatch.setattr(fp8_fused, "MLP_EPILOGUE_ON_CUDA", False)
+    generator = torch.Generator().manual_seed(4)
+    hidden, width = 32, 64
+    out, gate_up, down = (
+        quantize_weight(torch.randn(n, k, generator=generator))
+        for n, k in ((hidden, hidden), (2 * width, hidden), (hidden, width))
+    )
+    x = torch.randn(1, 3, hidden, generator=generator)
+    attended = torch.randn(1, 3, hidden, generator=generator)
+    fp8_fused.layer_output(x, attended, out, torch.ones(hidden), gate_up, down, 1e-6)

@@ -31,3 +31,16 @@ def test_a_pool_that_keeps_stalling_raises() -> None:
     hanging = ordered_results(context, 1, square_or_hang, lambda i: (i, True), 2, stall_s=1, restarts=1)
     with pytest.raises(multiprocessing.TimeoutError):
         next(hanging)
+
+
+def test_stalls_at_different_items_each_get_their_restarts() -> None:
+    hung: set[int] = set()
+
+    def job(index: int) -> tuple[int, bool]:  # items 2 and 6 hang once each
+        hang = index in (2, 6) and index not in hung
+        hung.add(index)
+        return index, hang
+
+    context = multiprocessing.get_context("spawn")
+    results = ordered_results(context, 2, square_or_hang, job, 4, count=8, stall_s=3, restarts=1)
+    assert list(results) == [i * i for i in range(8)]

@@ -191,7 +191,8 @@ def launch_fused_mlp(
     shapes_fit = (
         width % block_n == 0 and k % block_k == 0 and n % down_n == 0 and width % (splits * down_k) == 0
     )
-    if not shapes_fit or gate_up.shape != (2 * width, k) or not h8.is_contiguous():
+    contiguous = h8.is_contiguous() and gate_up.is_contiguous() and down.is_contiguous()
+    if not shapes_fit or gate_up.shape != (2 * width, k) or not contiguous:
         raise ValueError(f"an MLP of {tuple(gate_up.shape)} and {tuple(down.shape)} cannot take {launch}")
     tokens = max(16, 1 << max(m - 1, 1).bit_length())
     programs = width // block_n
@@ -429,6 +430,8 @@ def fused_mlp(
     product."""
     if h8.device.type == "cuda":
         return launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch)
+    if down.shape[1] % launch[6]:
+        raise ValueError(f"{launch[6]} splits do not divide the down product's depth {down.shape[1]}")
     m8, m_scale = reference_silu_mul_quant(_unit_scaled(h8, gate_up, dtype), h_scale, gate_up_scale)
     depths = m8.float().chunk(launch[6], dim=1)
     weights = down.float().chunk(launch[6], dim=1)
@@ -520,8 +523,14 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
     )
-    launch = mlp_launch(h8.shape[0], gate_up.data.shape, down.data.shape)
-    if launch is not None and MLP_EPILOGUE_ON_CUDA and h8.is_cuda:
+    # the switch first: the launch's lookup of a symbolic row count would guard the compiled prompt
+    # forward (dynamic shapes) on its value, a recompile for every prompt length
+    launch = (
+        mlp_launch(h8.shape[0], gate_up.data.shape, down.data.shape)
+        if MLP_EPILOGUE_ON_CUDA and h8.is_cuda
+        else None
+    )
+    if launch is not None:
         partials, m_scale = fused_mlp(h8, h_scale, gate_up.data, gate_up.scale, down.data, x.dtype, launch)
         return flat.view(rows, length, hidden), (partials, m_scale, down.scale)
     m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)

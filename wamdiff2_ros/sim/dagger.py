@@ -26,6 +26,8 @@ from wamdiff2_ros.sim.scene_types import Snapshot
 from wamdiff2_ros.sim.scenes import Scene
 
 MAX_EPISODES_PER_SAMPLE = 4
+# a pool silent this long is replaced (sim/ordered_pool.py): a worker's first episode loads the model
+DAGGER_STALL_S = 240.0
 
 
 class _Labeller:
@@ -112,7 +114,9 @@ def generate_dagger(
         # spawn, not fork: a model's threads and CUDA state do not survive a fork
         context = multiprocessing.get_context("spawn")
         job = lambda episode: (episode, config, loop, make_policy)  # noqa: E731
-        yield from ordered_results(context, workers, _worker_episode, job, 4 * workers, count=limit)
+        yield from ordered_results(
+            context, workers, _worker_episode, job, 4 * workers, count=limit, stall_s=DAGGER_STALL_S
+        )
 
     return generate(config, progress, episodes())
 

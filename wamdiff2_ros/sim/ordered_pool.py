@@ -37,10 +37,10 @@ def ordered_results(
     without end), from ``workers`` processes of ``context``, ``batch`` arguments handed out at a time.
 
     Raises:
-        multiprocessing.TimeoutError: still no result after ``restarts`` new pools.
+        multiprocessing.TimeoutError: still no new result after ``restarts`` new pools in a row.
     """
-    index = 0
-    for attempt in itertools.count():
+    index, stalled, stalls = 0, -1, 0
+    while True:
         with context.Pool(workers) as pool:
             try:
                 for start in itertools.count(index, batch):
@@ -51,6 +51,8 @@ def ordered_results(
                     for index in range(start, end):  # noqa: B007 (a restart resumes from it)
                         yield results.next(timeout=stall_s)
             except multiprocessing.TimeoutError:
-                if attempt == restarts:
+                stalls = stalls + 1 if index == stalled else 1  # stalls at the same item, in a row
+                stalled = index
+                if stalls > restarts:
                     raise
                 log.warning("no result for %.0f s: a new pool goes on from item %d", stall_s, index)
