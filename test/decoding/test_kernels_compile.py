@@ -135,6 +135,35 @@ def _kernels():
             4,
             0,
         ),
+        **{
+            f"{kernel.__name__}, launched with PDL": (
+                kernel,
+                signature,
+                {**constexprs, "PDL": True},
+                warps,
+                0,
+            )
+            for kernel, signature, constexprs, warps in (
+                (
+                    fp8_fused_kernels.gate_up_silu,
+                    GATE_UP_SILU,
+                    {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128},
+                    4,
+                ),
+                (
+                    fp8_fused_kernels.quant_down,
+                    QUANT_DOWN,
+                    {"TOKENS": 32, "PROGRAMS": 128, "BLOCK_N": 64, "BLOCK_K": 128, "EXACT_CAST": False},
+                    8,
+                ),
+                (
+                    fp8_fused_kernels.qkv_rope_store,
+                    QKV_ROPE_STORE,
+                    {**two_b, "TOKENS": 16, "BLOCK_K": 128},
+                    4,
+                ),
+            )
+        },
         "qkv_rope_store, 16 tokens a program": (
             fp8_fused_kernels.qkv_rope_store,
             QKV_ROPE_STORE,
@@ -206,5 +235,7 @@ def test_the_kernel_compiles_for_the_h200_without_spilling(name, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     if constexprs.get("PDL"):
         assert "griddepcontrol.wait" in compiled.asm["ptx"]
+        if "w_ptr" in signature:  # the weights' prefetch before the wait
+            assert "cp.async.bulk.prefetch.L2.global" in compiled.asm["ptx"]
     spilled = int(re.search(r"(\d+) bytes spill stores", done.stderr).group(1))
     assert spilled <= tolerated, done.stderr

@@ -15,6 +15,23 @@ def wait_for_inputs(PDL: tl.constexpr):
 
 
 @triton.jit
+def prefetch_rows(w_ptr, rows, stride, first, size, PDL: tl.constexpr):
+    # Launched with PDL, before wait_for_inputs: ask L2 for `size` bytes of each of this program's weight
+    # rows from column `first` (e4m3: a byte a column), one bulk prefetch a row. Weights are written by no
+    # kernel, so their bytes may come while the kernel before still runs: the products are HBM-bound, the
+    # kernels before them (norms, rotary, the attention's merge) are not.
+    if PDL:
+        tl.inline_asm_elementwise(
+            "cp.async.bulk.prefetch.L2.global [$1], $2; // $0",
+            "=r,l,r",
+            [w_ptr + rows.to(tl.int64) * stride + first, tl.zeros_like(rows) + size],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
 def rows(
     x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
     width, stride_x, stride_raw, stride_split, eps,
@@ -164,8 +181,9 @@ def swap_product(
 ):  # fmt: skip
     # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
     # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side.
-    wait_for_inputs(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    prefetch_rows(w_ptr, rows, k, 0, k, PDL)
+    wait_for_inputs(PDL)
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
@@ -188,10 +206,11 @@ def qkv_rope_store(
     # One head of the q/k/v product for a tile of TOKENS of the m rows, swap-AB (the head's two halves of
     # D / 2 weight rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded
     # where rope_store rounds the raw product (its twin: the product, then rope_store).
-    wait_for_inputs(PDL)
     head = tl.program_id(0)
     half: tl.constexpr = D // 2
     dims = tl.arange(0, half)
+    prefetch_rows(w_ptr, head * D + tl.arange(0, D), k, 0, k, PDL)
+    wait_for_inputs(PDL)
     tokens = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
@@ -254,9 +273,11 @@ def gate_up_silu(
     # up rows width + j.. of the gate/up weight (swap-AB, as swap_product), then silu_mul's activation in
     # the epilogue, stored in the activations' dtype with each row's largest magnitude over these columns
     # (top: one row of (programs, m) a program; the down product takes the row's scale from them).
-    wait_for_inputs(PDL)
     program = tl.program_id(0)
     rows = program * BLOCK_N + tl.arange(0, BLOCK_N)
+    prefetch_rows(w_ptr, rows, k, 0, k, PDL)
+    prefetch_rows(w_ptr, width + rows, k, 0, k, PDL)
+    wait_for_inputs(PDL)
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
@@ -299,9 +320,11 @@ def quant_down(
     # from gate_up_silu's tops (silu_mul's, the same maximum), the activations quantised on the fly as
     # silu_mul quantises them (a row's scale is the same at every depth, so the product stays unscaled),
     # the split's fp32 sum to partial[split] (the next `rows` kernel adds the splits).
-    wait_for_inputs(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split, splits = tl.program_id(1), tl.num_programs(1)
+    span = k // splits
+    prefetch_rows(w_ptr, rows, k, split * span, span, PDL)
+    wait_for_inputs(PDL)
     tokens = tl.arange(0, TOKENS)
     inside = tokens < m
     tops = tl.arange(0, PROGRAMS)
@@ -314,7 +337,6 @@ def quant_down(
     if (tl.program_id(0) == 0) & (split == 0):
         tl.store(scale_ptr + tokens, scale, mask=inside)
     depth = tl.arange(0, BLOCK_K)
-    span = k // splits
     acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
     for first in range(split * span, (split + 1) * span, BLOCK_K):
         a = tl.load(act_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
