@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wamdiff2_ros.errors import InputError
+
 SUITES = ("quick", "full", "compile")
 
 
@@ -114,7 +116,44 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="node: a planner parameter over config/planner.yaml (repeatable), e.g. candidates.count=1",
     )
+    parser.add_argument(
+        "--kernels",
+        action="append",
+        default=[],
+        metavar="NAME=0|1",
+        help="decode, plan, profile, prefill: turn one of the fused FP8 forward's kernel switches off or on "
+        f"for this run (repeatable; {', '.join(KERNEL_SWITCHES)}), e.g. mlp_epilogue=1: an A/B on one card",
+    )
     parser.set_defaults(func=run)
+
+
+# --kernels: the fast path's switches that are off or on until timed (docs/BENCHMARKS.md "Next on a GPU")
+KERNEL_SWITCHES = {
+    "swap_ab": ("wamdiff2_ros.decoding.fp8_fused", "SWAP_AB_ON_CUDA"),
+    "qkv_epilogue": ("wamdiff2_ros.decoding.fp8_fused", "QKV_EPILOGUE_ON_CUDA"),
+    "mlp_epilogue": ("wamdiff2_ros.decoding.fp8_fused", "MLP_EPILOGUE_ON_CUDA"),
+    "pdl": ("wamdiff2_ros.decoding.pdl", "PDL_ON_CUDA"),
+}
+
+
+def set_kernel_switches(items: list[str]) -> dict[str, bool]:
+    """Apply ``--kernels NAME=0|1`` items -> every switch's value for this run (for the card).
+
+    Raises:
+        InputError: an unknown switch or a value other than 0 or 1.
+    """
+    import importlib
+
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in KERNEL_SWITCHES or value not in ("0", "1"):
+            raise InputError(f"--kernels takes NAME=0|1, NAME one of {list(KERNEL_SWITCHES)}: got {item!r}")
+        module, attribute = KERNEL_SWITCHES[name]
+        setattr(importlib.import_module(module), attribute, value == "1")
+    return {
+        name: getattr(importlib.import_module(module), attribute)
+        for name, (module, attribute) in KERNEL_SWITCHES.items()
+    }
 
 
 def suite_rows(suite: str, flashinfer: bool, graphs: bool = True) -> list[tuple[str, dict[str, Any]]]:
@@ -230,7 +269,6 @@ CHAIN = (
 
 def _plot(args: argparse.Namespace) -> int:
     from wamdiff2_ros.decoding.cost import block_floor_ms_per_token
-    from wamdiff2_ros.errors import InputError
     from wamdiff2_ros.eval.speed import plot_chain
     from wamdiff2_ros.model.presets import preset_config
 
@@ -398,7 +436,10 @@ def _plan(args: argparse.Namespace) -> int:
     fast = resolve_backend(args.attention, args.device, args.dtype) if device.type == "cuda" else "sdpa"
     model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
     loaded = LoadedModel(model=model, tokenizer=load_tokenizer(), source=f"preset:{args.preset}")
-    card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS}
+    card = {
+        **speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "max_pixels": MAX_PIXELS,
+        "kernels": args.kernel_switches,
+    }  # fmt: skip
     print(json.dumps(card), flush=True)
     sizes = args.image.split(",")
     base: Planner | None = None  # the rows are its with_config copies: they share its fast engine
@@ -484,7 +525,10 @@ def _fp8(args: argparse.Namespace) -> int:
         )
         prompts.append(prompt)
     backend = resolve_backend("auto", args.device)
-    card = {**speed.device_card(device), "preset": args.preset or "bundled", "dtype": args.dtype}
+    card = {
+        **speed.device_card(device), "preset": args.preset or "bundled", "dtype": args.dtype,
+        "kernels": args.kernel_switches,
+    }  # fmt: skip
     card.update(prompts=len(prompts), prompt_tokens=prompts[0].length, backend=backend)
     print(json.dumps(card), flush=True)
     result = fp8_accuracy.measure(model, tokenizer, prompts, backend, compile=not args.no_compile)
@@ -495,6 +539,9 @@ def _fp8(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kernels and args.what in ("node", "soak", "plot"):
+        raise InputError("--kernels applies in this process only: decode, plan, profile, prefill, fp8")
+    args.kernel_switches = set_kernel_switches(args.kernels)  # on each card
     if args.what == "fp8":
         return _fp8(args)
     if args.what == "plot":
@@ -521,7 +568,10 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     tokenizer = load_tokenizer()
     model = build_model(args.preset, seed=0, dtype=args.dtype, device=device)
-    card = {**speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "batch": 1}
+    card = {
+        **speed.device_card(device), "preset": args.preset, "dtype": args.dtype, "batch": 1,
+        "kernels": args.kernel_switches,
+    }  # fmt: skip
     try:
         import flashinfer  # noqa: F401 (only whether it imports)
 
