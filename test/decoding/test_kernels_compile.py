@@ -185,6 +185,13 @@ def _kernels():
             4,
             0,
         ),
+        "split-keys partial, launched with PDL": (
+            partial,
+            PARTIAL,
+            {**heads, "BLOCK": 32, "KEYS": 32, "CHUNK": 256, "INTERPRETED": False, "PDL": True},
+            4,
+            0,
+        ),
         "split-keys merge": (merge, MERGE, {**heads, "CHUNKS": 16}, 4, 0),
         "split-keys merge, launched with PDL": (merge, MERGE, {**heads, "CHUNKS": 16, "PDL": True}, 4, 0),
         "rope_store, a head a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 1}, 1, 0),
@@ -235,7 +242,7 @@ def test_the_kernel_compiles_for_the_h200_without_spilling(name, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     if constexprs.get("PDL"):
         assert "griddepcontrol.wait" in compiled.asm["ptx"]
-        if "w_ptr" in signature:  # the weights' prefetch before the wait
+        if "w_ptr" in signature or "k_ptr" in signature:  # the weights' or the prompt's prefetch
             assert "cp.async.bulk.prefetch.L2.global" in compiled.asm["ptx"]
     spilled = int(re.search(r"(\d+) bytes spill stores", done.stderr).group(1))
     assert spilled <= tolerated, done.stderr

@@ -52,10 +52,26 @@ def _kernels():
         QUERIES: tl.constexpr, KEYS: tl.constexpr, CHUNK: tl.constexpr, INTERPRETED: tl.constexpr,
         PDL: tl.constexpr,
     ):  # fmt: skip
+        chunk, head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         if PDL:  # decoding/pdl.py (a closure's kernel sees no helper of another module)
+            # Before the wait, row 0's programs ask L2 for their chunk's prompt keys and values: written
+            # by the prefill, read by every row, and by no kernel of a forward written (the prompt length
+            # is set by `plan` before the graph), so they may come while the kernel before still runs.
+            prompt = tl.load(bounds_ptr + 1)
+            if (tile < tiles_per_row) & (chunk * CHUNK < prompt):
+                slots = tl.minimum(chunk * CHUNK + tl.arange(0, CHUNK), prompt - 1)
+                offsets = (slots.to(tl.int64) * KV_HEADS + head) * D
+                size = tl.zeros_like(slots) + D * (k_ptr.dtype.element_ty.primitive_bitwidth // 8)
+                tl.inline_asm_elementwise(
+                    "cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r", [k_ptr + offsets, size],
+                    dtype=tl.int32, is_pure=False, pack=1,
+                )  # fmt: skip
+                tl.inline_asm_elementwise(
+                    "cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r", [v_ptr + offsets, size],
+                    dtype=tl.int32, is_pure=False, pack=1,
+                )  # fmt: skip
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-        chunk, head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         group: tl.constexpr = QUERY_HEADS // KV_HEADS
         rows: tl.constexpr = QUERIES * group
         row, query_tile = tile // tiles_per_row, tile % tiles_per_row
