@@ -782,7 +782,7 @@ def swap_ab() -> dict[str, dict[str, object]]:
     import swap_ab as probe
 
     results: dict[str, dict[str, object]] = {}
-    for rows in (32, 64):
+    for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
         x8, xs = probe.quantize(torch.randn(rows, 6144, device=DEVICE))
         for name, (n, k) in SHAPES.items():
             if name != "head":
@@ -804,7 +804,7 @@ def fused_mlp() -> dict[str, dict[str, object]]:
     gate_up = quantize_weight(torch.randn(12288, 2048, device=DEVICE).bfloat16() * 0.02)
     down = quantize_weight(torch.randn(2048, 6144, device=DEVICE).bfloat16() * 0.02)
     results: dict[str, dict[str, object]] = {}
-    for rows in (32, 64):
+    for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
         h8, h_scale = quantize_rows(torch.randn(rows, 2048, device=DEVICE).bfloat16())
 
         def three(h8: torch.Tensor = h8, h_scale: torch.Tensor = h_scale) -> torch.Tensor:
@@ -819,7 +819,7 @@ def fused_mlp() -> dict[str, dict[str, object]]:
                 h8, h_scale, gate_up.data, gate_up.scale, down.data, torch.bfloat16, list(launch)
             )[0]
 
-        down_first = (64, 128, 4, 8, 3)
+        down_first = (64, 128 if rows <= 64 else 64, 4, 8, 3)  # 128 rows: a depth step of 128 spills
         gate_ups = {
             f"gate_up n{n} k{k} w{w} s{s}": (n, k, w, s)
             for n in (64, 128) for k in (64, 128) for w in (4, 8) for s in (3, 4)
@@ -828,7 +828,7 @@ def fused_mlp() -> dict[str, dict[str, object]]:
         best_gate_up = gate_ups[min(timed_gate_up, key=timed_gate_up.get)]
         downs = {
             f"down n{n} k{k} splits{p} w{w}": (n, k, p, w, 3)
-            for n in (64, 128) for k in (128, 256) for p in (2, 4, 8) for w in (4, 8)
+            for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8) for w in (4, 8)
         }  # fmt: skip
         timed_down = _timed({name: partial(two, (*best_gate_up, *c)) for name, c in downs.items()})
         best = (*best_gate_up, *downs[min(timed_down, key=timed_down.get)])
