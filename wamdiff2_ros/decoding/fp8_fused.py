@@ -169,6 +169,7 @@ def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torc
 MLP_EPILOGUE = {
     (32, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
     (64, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
+    (128, 12288, 2048, 2048): (64, 128, 8, 3, 64, 64, 4, 8, 3),  # K = 4 rows: no spill at these
 }
 MLP_EPILOGUE_ON_CUDA = False
 
