@@ -21,7 +21,7 @@ def test_a_stalled_pool_is_replaced_and_the_results_stay_in_order(caplog) -> Non
 
     context = multiprocessing.get_context("spawn")
     with caplog.at_level(logging.WARNING):
-        results = list(ordered_results(context, 2, square_or_hang, job, 4, count=10, stall_s=3))
+        results = list(ordered_results(context, 2, square_or_hang, job, 4, count=10, stall_s=5))
     assert results == [i * i for i in range(10)]
     assert "a new pool goes on from item 5" in caplog.text
 
@@ -42,5 +42,5 @@ def test_stalls_at_different_items_each_get_their_restarts() -> None:
         return index, hang
 
     context = multiprocessing.get_context("spawn")
-    results = ordered_results(context, 2, square_or_hang, job, 4, count=8, stall_s=3, restarts=1)
+    results = ordered_results(context, 2, square_or_hang, job, 4, count=8, stall_s=5, restarts=1)
     assert list(results) == [i * i for i in range(8)]
