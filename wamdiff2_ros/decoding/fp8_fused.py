@@ -13,11 +13,14 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
-- ``qkv_rope_store``: at 32-64 rows the q/k/v product and ``rope_store`` in one swap-AB kernel, a head a
-  program (``QKV_EPILOGUE``; off on CUDA: slower in the forward).
-- ``fused_mlp``: at 32-64 rows the MLP in two swap-AB kernels, gate/up with ``silu_mul``'s activation in its
-  epilogue, then the down product quantising its input on the fly, its split sums added by the next
+- ``qkv_rope_store``: at 32-64 rows the q/k/v product and ``rope_store`` in one swap-AB kernel, a program
+  a head and tile of tokens (``QKV_EPILOGUE``; off on CUDA: one program a head was slower in the forward,
+  the tiles are not yet timed).
+- ``fused_mlp``: at 32-128 rows the MLP in two swap-AB kernels, gate/up with ``silu_mul``'s activation in
+  its epilogue, then the down product quantising its input on the fly, its split sums added by the next
   ``add_norm_quant`` (``MLP_EPILOGUE``; off on CUDA until timed in the forward).
+
+With ``pdl.PDL_ON_CUDA`` every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
 
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
 torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
