@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 
 def square_or_hang(job: tuple[int, bool]) -> int:
     """``index`` squared, or a worker that never answers (the parent gives up on it and ends the pool)."""
     index, hang = job
     if hang:
-        time.sleep(3600)
+        threading.Event().wait()  # never set: the worker blocks until the pool is terminated
     return index * index

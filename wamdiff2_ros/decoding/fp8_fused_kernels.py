@@ -197,6 +197,20 @@ def swap_product(
 
 
 @triton.jit
+def two_products(w_ptr, x_ptr, rows_a, rows_b, tokens, inside, k, depth):
+    # Two blocks of weight rows (the MMA's M side, swap-AB) times the same tokens of x (its N side), over
+    # the whole depth k, a depth tile at a time: (len(rows_a), len(tokens)) fp32 each, unscaled.
+    a = tl.zeros((rows_a.shape[0], tokens.shape[0]), tl.float32)
+    b = tl.zeros((rows_b.shape[0], tokens.shape[0]), tl.float32)
+    for first in range(0, k, depth.shape[0]):
+        x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
+        x = tl.trans(x)
+        a = tl.dot(tl.load(w_ptr + rows_a[:, None] * k + (first + depth)[None, :]), x, a)
+        b = tl.dot(tl.load(w_ptr + rows_b[:, None] * k + (first + depth)[None, :]), x, b)
+    return a, b
+
+
+@triton.jit
 def qkv_rope_store(
     w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
     m, k, length, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
@@ -215,15 +229,7 @@ def qkv_rope_store(
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
     rows_first = head * D + dims
-    first = tl.zeros((half, TOKENS), tl.float32)
-    second = tl.zeros((half, TOKENS), tl.float32)
-    for start in range(0, k, BLOCK_K):
-        x = tl.load(x_ptr + tokens[:, None] * k + (start + depth)[None, :], mask=inside[:, None], other=0.0)
-        x = tl.trans(x)
-        first = tl.dot(tl.load(w_ptr + rows_first[:, None] * k + (start + depth)[None, :]), x, first)
-        second = tl.dot(
-            tl.load(w_ptr + (rows_first + half)[:, None] * k + (start + depth)[None, :]), x, second
-        )
+    first, second = two_products(w_ptr, x_ptr, rows_first, rows_first + half, tokens, inside, k, depth)
     dtype = q_ptr.dtype.element_ty
     row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
     first = first.to(dtype).to(tl.float32) * row_scale * tl.load(col_scale_ptr + rows_first)[:, None]
@@ -281,13 +287,7 @@ def gate_up_silu(
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
-    gate = tl.zeros((BLOCK_N, TOKENS), tl.float32)
-    up = tl.zeros((BLOCK_N, TOKENS), tl.float32)
-    for first in range(0, k, BLOCK_K):
-        x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
-        x = tl.trans(x)
-        gate = tl.dot(tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :]), x, gate)
-        up = tl.dot(tl.load(w_ptr + (width + rows)[:, None] * k + (first + depth)[None, :]), x, up)
+    gate, up = two_products(w_ptr, x_ptr, rows, width + rows, tokens, inside, k, depth)
     dtype = act_ptr.dtype.element_ty
     row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
     gate_scale = tl.load(col_scale_ptr + rows)[:, None]
