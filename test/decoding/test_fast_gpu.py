@@ -491,7 +491,7 @@ def test_swap_ab_products_at_the_2b_shapes_are_scaled_mm_s():
         for m in (tile, tile - 5):  # a full token tile and a masked one
             x8 = torch.randn(m, k, device="cuda", generator=generator).to(fused.FP8)
             w8 = (torch.randn(n, k, device="cuda", generator=generator) * 0.05).to(fused.FP8)
-            got = fused.swap_product(x8, w8, *launch)
+            got = fused.swap_product(x8, w8, *launch, 1)
             twin = torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
             assert _relative_error(got, twin) < 1e-2, (tile, n, k, m)
 
@@ -508,43 +508,34 @@ def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
     _assert_same_fp8_forward_with_and_without(bf16_model, planning_prompt, monkeypatch, "SWAP_AB_ON_CUDA")
 
 
-@pytest.mark.parametrize("rows", [32, 27])
-def test_the_fused_mlp_at_the_2b_shape_is_silu_mul_quant_then_the_down_product(rows):
+@pytest.mark.parametrize("rows", [32, 27, 128])
+def test_the_split_down_product_at_the_2b_shape_adds_up_to_the_product(rows):
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
     generator = torch.Generator(device="cuda").manual_seed(0)
-    h8, h_scale = quantize_rows(torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16())
-    gate_up = quantize_weight(torch.randn(12288, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
+    m8, m_scale = quantize_rows(torch.randn(rows, 6144, device="cuda", generator=generator).bfloat16())
     down = quantize_weight(torch.randn(2048, 6144, device="cuda", generator=generator).bfloat16() * 0.02)
     x = torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16()
-    launch = fused.mlp_launch(rows, gate_up.data.shape, down.data.shape)
-    partials, scale = fused.fused_mlp(
-        h8, h_scale, gate_up.data, gate_up.scale, down.data, torch.bfloat16, launch
-    )
-    m8, expected_scale = fused.silu_mul_quant(
-        fused.product(h8, gate_up, torch.bfloat16), h_scale, gate_up.scale
-    )
+    partials = fused.swap_product(m8, down.data, *fused.split_down_launch(rows, 2048, 6144))
     raw = fused.product(m8, down, torch.bfloat16)
-    assert _relative_error(scale, expected_scale) < 1e-2
     assert _relative_error(partials.sum(0), raw) < 1e-2
-    got = fused.add_norm_quant(x, partials, scale, down.scale, torch.ones(2048, device="cuda"), 1e-6)
-    expected = fused.add_norm_quant(x, raw, expected_scale, down.scale, torch.ones(2048, device="cuda"), 1e-6)
+    norm = torch.ones(2048, device="cuda")
+    got = fused.add_norm_quant(x, partials, m_scale, down.scale, norm, 1e-6)
+    expected = fused.add_norm_quant(x, raw, m_scale, down.scale, norm, 1e-6)
     assert _relative_error(got[0], expected[0]) < 1e-2
 
 
-def test_the_fused_fp8_forward_with_the_fused_mlp_is_the_one_without(
+def test_the_fused_fp8_forward_with_the_split_down_product_is_the_one_without(
     bf16_model, planning_prompt, monkeypatch
 ):
     from wamdiff2_ros.decoding import fp8_fused as fused
 
-    def every_shape(m, gate_up, down):  # the tiny model's MLP (64 -> 128 -> 64) through the two kernels
-        return [32, 32, 4, 3, 32, 32, 2, 4, 3] if m <= 64 else None
+    def every_shape(m, n, k):  # the tiny model's down product (128 deep) through the split kernel
+        return (32, 32, 4, 3, 2) if m <= 64 and k % 64 == 0 else None
 
-    monkeypatch.setattr(fused, "mlp_launch", every_shape)
-    _assert_same_fp8_forward_with_and_without(
-        bf16_model, planning_prompt, monkeypatch, "MLP_EPILOGUE_ON_CUDA"
-    )
+    monkeypatch.setattr(fused, "split_down_launch", every_shape)
+    _assert_same_fp8_forward_with_and_without(bf16_model, planning_prompt, monkeypatch, "SPLIT_DOWN_ON_CUDA")
 
 
 def test_the_fused_fp8_forward_launched_with_pdl_is_the_one_without(bf16_model, planning_prompt, monkeypatch):
@@ -581,40 +572,3 @@ def _assert_same_fp8_forward_with_and_without(model, prompt, monkeypatch, switch
         logits[on] = head_logits(model, cache.write_and_denoise(blocks[1], blocks[2]))
     assert _relative_error(logits[True], logits[False]) < 2e-2
     return logits
-
-
-@pytest.mark.parametrize("rows", [32, 27])
-def test_the_fused_qkv_kernel_at_the_2b_shape_is_the_product_then_rope_store(rows):
-    from wamdiff2_ros.decoding import fp8_fused as fused
-    from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
-    from wamdiff2_ros.decoding.lean_layers import rope_angles
-
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    x8, h_scale = quantize_rows(torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16())
-    weight = quantize_weight(torch.randn(4096, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
-    qk_norm = (torch.randn(24, 128, device="cuda", generator=generator) * 0.1 + 1).bfloat16()
-    slots = torch.arange(100, 100 + rows, device="cuda")
-    inverse = 1.0 / 1e6 ** (torch.arange(0, 128, 2, device="cuda").float() / 128)
-    cos, sin = rope_angles(slots, inverse, torch.bfloat16)
-    caches = [torch.zeros(1, rows + 200, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
-    inputs = (h_scale, weight.scale, qk_norm, cos, sin)
-    launch = fused.qkv_launch(rows, 4096, 2048)
-    got = fused.qkv_rope_store(x8, weight.data, *inputs, *caches[:2], slots, 16, 1e-6, 1, *launch)
-    raw = fused.product(x8, weight, torch.bfloat16).view(1, rows, -1)
-    expected = fused.rope_store(raw, *inputs, *caches[2:], slots, 16, 1e-6)
-    for fast, twin in ((got, expected), (caches[0], caches[2]), (caches[1], caches[3])):
-        assert _relative_error(fast, twin) < 1e-2
-
-
-def test_the_fused_fp8_forward_with_the_fused_qkv_kernel_is_the_one_without(
-    bf16_model, planning_prompt, monkeypatch
-):
-    from wamdiff2_ros.decoding import fp8_fused as fused
-
-    def every_shape(m, n, k):  # the tiny model's q/k/v through the fused kernel
-        return (16, 64, 4, 3) if m <= 64 and k % 64 == 0 else None
-
-    monkeypatch.setattr(fused, "qkv_launch", every_shape)
-    _assert_same_fp8_forward_with_and_without(
-        bf16_model, planning_prompt, monkeypatch, "QKV_EPILOGUE_ON_CUDA"
-    )

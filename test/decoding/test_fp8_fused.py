@@ -13,7 +13,6 @@ from interpreted import run_interpreted
 from wamdiff2_ros.decoding import fp8_fused
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fp8 import quantize_weight
-from wamdiff2_ros.decoding.lean_layers import rope_angles
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.tokenizer import MASK_ID
@@ -72,48 +71,20 @@ for group in (1, 2):  # a head per program (decode), and groups of heads (a prom
 assert fused.rope_group(32, 16, 8) == 1 and fused.rope_group(2106, 16, 8) == 8
 assert fused.rope_group(2106, 4, 2) == 2
 
-# the q/k/v product with rope_store in its epilogue (2 rows x 10 tokens: two tiles of 16, the second
-# masked), 4 query / 2 KV heads of 32, against the product then rope_store's twin
-rows, length, heads, kv_heads, dim, depth = 2, 10, 4, 2, 32, 64
-x8 = (torch.randn(rows * length, depth, generator=generator) * 30).to(fused.FP8)
-w8 = (torch.randn((heads + 2 * kv_heads) * dim, depth, generator=generator) * 30).to(fused.FP8)
-row_scale = torch.rand(rows * length, 1, generator=generator) * 0.01
-col_scale = torch.rand(1, w8.shape[0], generator=generator) * 0.01
-qk_norm = torch.rand(heads + kv_heads, dim, generator=generator) + 0.5
-slots = torch.arange(3, 3 + length)
-cos, sin = rope_angles(slots + 7, 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), torch.float32)
-caches = [torch.zeros(rows, 16, kv_heads, dim) for _ in range(4)]
-raw = (x8.float() @ w8.float().T).view(rows, length, -1)
-inputs = (row_scale, col_scale, qk_norm, cos, sin)
-expected = fused.reference_rope_store(raw, *inputs, *caches[:2], slots, heads, 1e-6)
-got = fused.launch_qkv_rope_store(x8, w8, *inputs, *caches[2:], slots, heads, 1e-6, rows, (16, 32, 4, 2))
-close(got, expected, "fused q/k/v queries")
-close(caches[2], caches[0], "fused q/k/v keys")
-close(caches[3], caches[1], "fused q/k/v values")
-assert caches[2][:, 3:13].abs().sum() > 0 and caches[2][:, :3].abs().sum() == 0
-
 # the swap-AB product: raw (unscaled) FP8 products, a full token tile and a masked one, in fp32
 for m, n, k, launch in ((32, 128, 256, (64, 128, 4, 2)), (20, 192, 128, (64, 64, 4, 2))):
     x8 = (torch.randn(m, k, generator=generator) * 30).to(fused.FP8)
     w8 = (torch.randn(n, k, generator=generator) * 30).to(fused.FP8)
     close(fused.launch_swap_product(x8, w8, launch, torch.float32), x8.float() @ w8.float().T, "swap product")
 
-# the MLP in two kernels (20 rows: a masked tile of 32; 3 gate/up programs, so a masked row of the 4 tops
-# read; 2 down programs x 2 splits) against its twin: the gate/up product, silu_mul_quant's, the same
-# splits of the down product
-m, hidden, width = 20, 64, 192
-h8 = (torch.randn(m, hidden, generator=generator) * 30).to(fused.FP8)
-gate_up = (torch.randn(2 * width, hidden, generator=generator) * 30).to(fused.FP8)
+# split over the depth (2 x 2 programs, 20 rows: a masked token tile): fp32 partial sums over the spans
+m, hidden, width = 20, 64, 256
+m8 = (torch.randn(m, width, generator=generator) * 30).to(fused.FP8)
 down = (torch.randn(hidden, width, generator=generator) * 30).to(fused.FP8)
-h_scale = torch.rand(m, 1, generator=generator) * 0.01
-gate_up_scale = torch.rand(1, 2 * width, generator=generator) * 0.01
-launch = [64, 32, 4, 2, 32, 32, 2, 4, 2]
-partials, scale = fused.launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
-twin = fused.fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, torch.float32, launch)
-expected_partials, expected_scale = twin
-close(scale, expected_scale, "fused MLP scales")
-close(partials, expected_partials, "fused MLP partial sums")
-assert partials.shape == (2, m, hidden) and partials[1].abs().sum() > 0
+partials = fused.launch_swap_product(m8, down, (32, 64, 4, 2), torch.float32, splits=2)
+spans = zip(m8.float().chunk(2, dim=1), down.float().chunk(2, dim=1))
+close(partials, torch.stack([x @ w.T for x, w in spans]), "split swap product")
+scale = torch.rand(m, 1, generator=generator) * 0.01
 # the next layer's add_norm_quant adds the partial sums as it adds a product
 x = torch.randn(m, hidden, generator=generator)
 down_scale = torch.rand(1, hidden, generator=generator) * 0.01
@@ -199,29 +170,6 @@ def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -
     assert not LeanDecoder(tiny_model, weights="bf16").fused  # only W8A8 has fused layers
 
 
-def test_the_fused_qkv_op_off_cuda_is_the_product_then_rope_store():
-    generator = torch.Generator().manual_seed(2)
-    rows, length, heads, kv_heads, dim = 1, 4, 2, 1, 16
-    x8 = (torch.randn(rows * length, 32, generator=generator) * 10).to(fp8_fused.FP8)
-    weight = quantize_weight(torch.randn((heads + 2 * kv_heads) * dim, 32, generator=generator))
-    h_scale = torch.rand(rows * length, 1, generator=generator)
-    qk_norm = torch.rand(heads + kv_heads, dim, generator=generator) + 0.5
-    slots = torch.arange(length)
-    cos, sin = rope_angles(slots + 3, torch.rand(dim // 2, generator=generator), torch.float32)
-    caches = [torch.zeros(rows, 8, kv_heads, dim) for _ in range(4)]
-    inputs = (h_scale, weight.scale, qk_norm, cos, sin)
-    got = fp8_fused.qkv_rope_store(
-        x8, weight.data, *inputs, *caches[:2], slots, heads, 1e-6, rows, 16, 32, 4, 2
-    )
-    raw = fp8_fused.product(x8, weight, torch.float32).view(rows, length, -1)
-    expected = fp8_fused.rope_store(raw, *inputs, *caches[2:], slots, heads, 1e-6)
-    assert (
-        torch.equal(got, expected) and torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
-    )
-    assert fp8_fused.qkv_launch(27, 4096, 2048) == fp8_fused.qkv_launch(32, 4096, 2048) is not None
-    assert fp8_fused.qkv_launch(256, 4096, 2048) is None
-
-
 def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_off_cuda(monkeypatch):
     assert fp8_fused.swap_launch(32, 12288, 2048) == fp8_fused.swap_launch(20, 12288, 2048) is not None
     assert fp8_fused.swap_launch(64, 2048, 2048) is None  # level or slower there: _scaled_mm
@@ -232,43 +180,35 @@ def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_of
         torch.randn(96, 64, generator=generator).to(fp8_fused.FP8), None, torch.ones(())
     )
     monkeypatch.setattr(fp8_fused, "SWAP_AB_ON_CUDA", True)  # a CPU product stays _scaled_mm's
-    twin = fp8_fused.swap_product(x8, weight.data, 64, 64, 4, 2)
+    twin = fp8_fused.swap_product(x8, weight.data, 64, 64, 4, 2, 1)
     assert torch.equal(fp8_fused.product(x8, weight, torch.bfloat16), twin)
 
 
-def test_the_fused_mlp_twin_settles_as_the_unfused_mlp(monkeypatch):
+def test_the_split_down_twin_settles_as_the_unsplit_product():
     generator = torch.Generator().manual_seed(3)
     m, hidden, width = 6, 32, 64
-    h8 = (torch.randn(m, hidden, generator=generator) * 10).to(fp8_fused.FP8)
-    h_scale = torch.rand(m, 1, generator=generator) * 0.1
-    gate_up = quantize_weight(torch.randn(2 * width, hidden, generator=generator))
+    m8 = (torch.randn(m, width, generator=generator) * 10).to(fp8_fused.FP8)
+    m_scale = torch.rand(m, 1, generator=generator) * 0.1
     down = quantize_weight(torch.randn(hidden, width, generator=generator))
     x = torch.randn(m, hidden, generator=generator)
-    partials, m_scale = fp8_fused.fused_mlp(
-        h8, h_scale, gate_up.data, gate_up.scale, down.data, x.dtype, [0] * 6 + [4, 0, 0]
-    )
-    m8, expected_scale = fp8_fused.silu_mul_quant(
-        fp8_fused.product(h8, gate_up, x.dtype), h_scale, gate_up.scale
-    )
-    unfused = fp8_fused.settle(x, (fp8_fused.product(m8, down, x.dtype), expected_scale, down.scale))
-    assert partials.shape == (4, m, hidden) and torch.equal(m_scale, expected_scale)
+    partials = fp8_fused.swap_product(m8, down.data, 0, 0, 0, 0, 4)
+    assert partials.shape == (4, m, hidden) and partials.dtype == torch.float32
+    unsplit = fp8_fused.settle(x, (fp8_fused.product(m8, down, x.dtype), m_scale, down.scale))
     got = fp8_fused.settle(x, (partials, m_scale, down.scale))
-    assert (got - unfused).abs().max() <= 1e-5 * unfused.abs().max()  # fp32 sums in another order
-    assert fp8_fused.mlp_launch(27, (12288, 2048), (2048, 6144)) == fp8_fused.mlp_launch(
-        32, (12288, 2048), (2048, 6144)
-    )
-    assert fp8_fused.mlp_launch(27, (12288, 2048), (2048, 6144)) is not None
-    assert fp8_fused.mlp_launch(256, (12288, 2048), (2048, 6144)) is None
+    assert (got - unsplit).abs().max() <= 1e-5 * unsplit.abs().max()  # fp32 sums in another order
+    assert fp8_fused.split_down_launch(27, 2048, 6144) == fp8_fused.split_down_launch(32, 2048, 6144)
+    assert fp8_fused.split_down_launch(27, 2048, 6144) is not None
+    assert fp8_fused.split_down_launch(256, 2048, 6144) is None
 
 
-def test_the_mlp_launch_is_not_looked_up_while_its_switch_is_off(monkeypatch):
+def test_the_split_down_launch_is_not_looked_up_while_its_switch_is_off(monkeypatch):
     # Looked up on a compiled prompt forward's symbolic row count it would guard the graph on the prompt's
     # length (a recompile for each); with the switch off the lookup must not happen at all.
     def no_lookup(*_):
-        raise AssertionError("mlp_launch called with MLP_EPILOGUE_ON_CUDA off")
+        raise AssertionError("split_down_launch called with SPLIT_DOWN_ON_CUDA off")
 
-    monkeypatch.setattr(fp8_fused, "mlp_launch", no_lookup)
-    monkeypatch.setattr(fp8_fused, "MLP_EPILOGUE_ON_CUDA", False)
+    monkeypatch.setattr(fp8_fused, "split_down_launch", no_lookup)
+    monkeypatch.setattr(fp8_fused, "SPLIT_DOWN_ON_CUDA", False)
     generator = torch.Generator().manual_seed(4)
     hidden, width = 32, 64
     out, gate_up, down = (

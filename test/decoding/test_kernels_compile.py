@@ -43,10 +43,6 @@ ROWS = {
     "weight_ptr": "*bf16", "x_out_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32",
     "stride_x": "i32", "stride_raw": "i32", "stride_split": "i32", "eps": "fp32",
 }  # fmt: skip
-GATE_UP_SILU = {
-    "w_ptr": "*fp8e4nv", "x_ptr": "*fp8e4nv", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
-    "act_ptr": "*bf16", "top_ptr": "*fp32", "m": "i32", "k": "i32", "width": "i32",
-}  # fmt: skip
 SWAP_PRODUCT = {
     "w_ptr": "*fp8e4nv",
     "x_ptr": "*fp8e4nv",
@@ -55,17 +51,6 @@ SWAP_PRODUCT = {
     "n": "i32",
     "k": "i32",
 }
-QKV_ROPE_STORE = {
-    "w_ptr": "*fp8e4nv", "x_ptr": "*fp8e4nv", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
-    "norm_ptr": "*bf16", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "slots_ptr": "*i64", "q_ptr": "*bf16",
-    "k_ptr": "*bf16", "v_ptr": "*bf16", "m": "i32", "k": "i32", "length": "i32", "stride_angle": "i32",
-    "stride_k_row": "i32", "stride_k_slot": "i32", "stride_v_row": "i32", "stride_v_slot": "i32",
-    "eps": "fp32",
-}  # fmt: skip
-QUANT_DOWN = {
-    "w_ptr": "*fp8e4nv", "act_ptr": "*bf16", "top_ptr": "*fp32", "partial_ptr": "*fp32", "scale_ptr": "*fp32",
-    "m": "i32", "n": "i32", "k": "i32", "programs": "i32",
-}  # fmt: skip
 PARTIAL = {
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bounds_ptr": "*i64", "out_ptr": "*fp32",
     "lse_ptr": "*fp32", "n": "i32", "tiles_per_row": "i32", "max_len": "i32", "scale": "fp32",
@@ -111,18 +96,11 @@ def _kernels():
             4,
             0,
         ),
-        "gate_up_silu at 32 rows": (
-            fp8_fused_kernels.gate_up_silu,
-            GATE_UP_SILU,
-            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128},
-            4,
-            0,
-        ),
         **{
             f"swap_product {n}x{k}, {warps} warps": (
                 fp8_fused_kernels.swap_product,
                 SWAP_PRODUCT,
-                {"TOKENS": 32, "BLOCK_N": n, "BLOCK_K": k},
+                {"TOKENS": 32, "BLOCK_N": n, "BLOCK_K": k, "SPLIT": False},
                 warps,
                 0,
             )
@@ -131,51 +109,25 @@ def _kernels():
         "swap_product 64x256, launched with PDL": (
             fp8_fused_kernels.swap_product,
             SWAP_PRODUCT,
-            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 256, "PDL": True},
+            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": False, "PDL": True},
             4,
             0,
         ),
         **{
-            f"{kernel.__name__}, launched with PDL": (
-                kernel,
-                signature,
-                {**constexprs, "PDL": True},
+            f"swap_product {n}x{k}, {warps} warps, {splits} splits (fp32)": (
+                fp8_fused_kernels.swap_product,
+                {**SWAP_PRODUCT, "out_ptr": "*fp32"},
+                {"TOKENS": 1 << max(tile - 1, 1).bit_length(), "BLOCK_N": n, "BLOCK_K": k, "SPLIT": True},
                 warps,
                 0,
             )
-            for kernel, signature, constexprs, warps in (
-                (
-                    fp8_fused_kernels.gate_up_silu,
-                    GATE_UP_SILU,
-                    {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128},
-                    4,
-                ),
-                (
-                    fp8_fused_kernels.quant_down,
-                    QUANT_DOWN,
-                    {"TOKENS": 32, "PROGRAMS": 128, "BLOCK_N": 64, "BLOCK_K": 128, "EXACT_CAST": False},
-                    8,
-                ),
-                (
-                    fp8_fused_kernels.qkv_rope_store,
-                    QKV_ROPE_STORE,
-                    {**two_b, "TOKENS": 16, "BLOCK_K": 128},
-                    4,
-                ),
-            )
+            for (tile, *_), (n, k, warps, _, splits) in fp8_fused.SPLIT_DOWN.items()
         },
-        "qkv_rope_store, 16 tokens a program": (
-            fp8_fused_kernels.qkv_rope_store,
-            QKV_ROPE_STORE,
-            {**two_b, "TOKENS": 16, "BLOCK_K": 128},
+        "swap_product 64x128 split, launched with PDL": (
+            fp8_fused_kernels.swap_product,
+            {**SWAP_PRODUCT, "out_ptr": "*fp32"},
+            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": True, "PDL": True},
             4,
-            0,
-        ),
-        "quant_down at 32 rows": (
-            fp8_fused_kernels.quant_down,
-            QUANT_DOWN,
-            {"TOKENS": 32, "PROGRAMS": 128, "BLOCK_N": 64, "BLOCK_K": 128, "EXACT_CAST": False},
-            8,  # at 4 warps 80 bytes spill (fp8_fused.MLP_EPILOGUE)
             0,
         ),
         "split-keys partial": (

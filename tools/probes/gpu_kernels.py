@@ -21,14 +21,15 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products, the fused q/k/v kernel, the two-kernel MLP and PDL off and on.
-fused_mlp: the two-kernel MLP's launches swept against the fused layer's three kernels. Each number is the
-median of 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab, fused_mlp), 24 (vision_attention) or 28
+2b FP8 forward with the swap-AB products, the split down product and PDL off and on (kernel time, and
+interleaved back-to-back wall time). split_down: the down product split over its depth, its launches swept
+against _scaled_mm, weights from HBM. Each number is the
+median of 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab, split_down), 24 (vision_attention) or 28
 (attention, split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8,swap_ab_forward,fused_mlp] (the parts to run; default the first three).
+swap_ab,vision_fp8,swap_ab_forward,split_down] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -793,64 +794,71 @@ def swap_ab() -> dict[str, dict[str, object]]:
     return results
 
 
-def fused_mlp() -> dict[str, dict[str, object]]:
-    """``fp8_fused.fused_mlp``'s two kernels at 32 and 64 rows of the 2b MLP, us per call (20 in a graph):
-    gate/up launches swept with a fixed down launch, then down launches with the best gate/up one, against
-    the fused layer's three kernels (the gate/up product, ``silu_mul_quant``, the down product); the error
-    of the fastest against the three (their down product's raw sum)."""
+def split_down() -> dict[str, dict[str, object]]:
+    """The 2b down product (2,048 x 6,144) split over its depth (``fp8_fused.SPLIT_DOWN``'s kernel) at 32,
+    64 and 128 rows against ``_scaled_mm`` (today's path), us per call of 20 in a graph, each call on
+    another of 8 weight copies (100 MB: the weights come from HBM, as in the forward, not from L2); the
+    fastest launch's error against ``_scaled_mm``."""
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
-    gate_up = quantize_weight(torch.randn(12288, 2048, device=DEVICE).bfloat16() * 0.02)
-    down = quantize_weight(torch.randn(2048, 6144, device=DEVICE).bfloat16() * 0.02)
+    copies = [quantize_weight(torch.randn(2048, 6144, device=DEVICE).bfloat16() * 0.02) for _ in range(8)]
+    one = torch.ones((), device=DEVICE)
     results: dict[str, dict[str, object]] = {}
     for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
-        h8, h_scale = quantize_rows(torch.randn(rows, 2048, device=DEVICE).bfloat16())
+        m8, _ = quantize_rows(torch.randn(rows, 6144, device=DEVICE).bfloat16())
+        turn = iter(range(10**9))
 
-        def three(h8: torch.Tensor = h8, h_scale: torch.Tensor = h_scale) -> torch.Tensor:
-            raw = fused.product(h8, gate_up, torch.bfloat16)
-            m8, _ = fused.silu_mul_quant(raw, h_scale, gate_up.scale)
-            return fused.product(m8, down, torch.bfloat16)
+        def scaled_mm(m8: torch.Tensor = m8, turn: Any = turn) -> torch.Tensor:
+            data = copies[next(turn) % 8].data
+            return torch._scaled_mm(m8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-        def two(
-            launch: tuple[int, ...], h8: torch.Tensor = h8, h_scale: torch.Tensor = h_scale
-        ) -> torch.Tensor:
-            return fused.launch_fused_mlp(
-                h8, h_scale, gate_up.data, gate_up.scale, down.data, torch.bfloat16, list(launch)
-            )[0]
+        def split(launch: tuple[int, ...], m8: torch.Tensor = m8, turn: Any = turn) -> torch.Tensor:
+            data = copies[next(turn) % 8].data
+            return fused.launch_swap_product(m8, data, launch[:4], torch.bfloat16, launch[4])
 
-        down_first = (64, 128 if rows <= 64 else 64, 4, 8, 3)  # 128 rows: a depth step of 128 spills
-        gate_ups = {
-            f"gate_up n{n} k{k} w{w} s{s}": (n, k, w, s)
-            for n in (64, 128) for k in (64, 128) for w in (4, 8) for s in (3, 4)
+        launches = {
+            f"n{n} k{k} w{w} s{st} splits{p}": (n, k, w, st, p)
+            for n in (64, 128) for k in (64, 128, 256) for w in (4, 8) for st in (3, 4) for p in (4, 8, 16)
+            if 6144 % (p * k) == 0
         }  # fmt: skip
-        timed_gate_up = _timed({name: partial(two, (*c, *down_first)) for name, c in gate_ups.items()})
-        best_gate_up = gate_ups[min(timed_gate_up, key=timed_gate_up.get)]
-        downs = {
-            f"down n{n} k{k} splits{p} w{w}": (n, k, p, w, 3)
-            for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8) for w in (4, 8)
-        }  # fmt: skip
-        timed_down = _timed({name: partial(two, (*best_gate_up, *c)) for name, c in downs.items()})
-        best = (*best_gate_up, *downs[min(timed_down, key=timed_down.get)])
-        reference = three()
+        timed = _timed({name: partial(split, launch) for name, launch in launches.items()})
+        best = min(timed, key=timed.get)
+        reference = scaled_mm()
         results[f"M{rows}"] = {
-            "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
-            "two kernels_us": min(timed_down.values()),
-            "launch": best,
-            "error": (two(best).sum(0) - reference.float()).norm().item() / reference.float().norm().item(),
-            "gate_up sweep_us": timed_gate_up,
-            "down sweep_us": timed_down,
+            "scaled_mm_us": graph_ms(repeated(scaled_mm, 20)) / 20 * 1000,
+            "split_us": timed[best],
+            "launch": launches[best],
+            "table_launch": fused.split_down_launch(rows, 2048, 6144),
+            "error": (split(launches[best]).sum(0) - reference.float()).norm().item()
+            / reference.float().norm().item(),
+            "sweep_us": timed,
         }
-        print(rows, json.dumps(results[f"M{rows}"]), flush=True)
+        print(rows, json.dumps({k: v for k, v in results[f"M{rows}"].items() if k != "sweep_us"}), flush=True)
     return results
+
+
+def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
+    """ms a call of ``replay`` called ``times`` times back to back (CUDA events around them all): the host's
+    launch and the sync are hidden behind the device's work, unlike ``time_call``'s one call at a time."""
+    replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(times):
+        replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / times
 
 
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off, on (``fp8_fused.SWAP_AB_ON_CUDA``), with the fused q/k/v kernel
-    (``QKV_EPILOGUE_ON_CUDA``), the two-kernel MLP (``MLP_EPILOGUE_ON_CUDA``) or both, launched with PDL
-    (``pdl.PDL_ON_CUDA``), and the swap-AB products alone again (the drift): what they save where each
-    layer's weights come from HBM, not from L2 as in ``swap_ab`` and ``fused_mlp``."""
+    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split down product
+    (``SPLIT_DOWN_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind (one
+    profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
+    rounds): the card's drift between variants (up to 14 % in the forty-first session's one-at-a-time
+    timing) falls on all of them alike."""
     from wamdiff2_ros.cli.bench import _prompt
     from wamdiff2_ros.decoding import fp8_fused, pdl
     from wamdiff2_ros.decoding.config import DecodeConfig
@@ -865,24 +873,17 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
         block_size=32, steps=8, commit_rule="low_confidence_static", backend="triton", cuda_graphs=True,
         compile=True, weights="fp8",
     )  # fmt: skip
-    results = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, QKV_EPILOGUE_ON_CUDA, MLP_EPILOGUE_ON_CUDA, pdl.PDL_ON_CUDA
-        "swap-AB": (True, False, False, False),  # the forward as it runs today first: a cut-off keeps it
-        "swap-AB + MLP": (True, False, True, False),
-        "swap-AB + q/k/v": (True, True, False, False),
-        "swap-AB + PDL": (True, False, False, True),
-        "swap-AB + MLP + PDL": (True, False, True, True),
-        "swap-AB + both + PDL": (True, True, True, True),
-        "swap-AB again": (True, False, False, False),
-        "off": (False, False, False, False),
+    results: dict[str, dict[str, object]] = {}
+    replays: dict[str, Callable[[], None]] = {}
+    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_DOWN_ON_CUDA, pdl.PDL_ON_CUDA
+        "swap-AB": (True, False, False),  # the forward as it runs today first: a cut-off keeps it
+        "swap-AB + split down": (True, True, False),
+        "swap-AB + PDL": (True, False, True),
+        "swap-AB + split down + PDL": (True, True, True),
+        "off": (False, False, False),
     }
-    for index, (name, switches) in enumerate(variants.items()):
-        swap, qkv, mlp, pdl.PDL_ON_CUDA = switches
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.QKV_EPILOGUE_ON_CUDA, fp8_fused.MLP_EPILOGUE_ON_CUDA = (
-            swap,
-            qkv,
-            mlp,
-        )
+    for name, (swap, split, launch_pdl) in variants.items():
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_DOWN_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -892,8 +893,17 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
             cache.place(32)
             graph.replay()
 
-        results[f"{index} {name}"] = speed.profile_replays(replay, DEVICE)
-        print(index, name, json.dumps(results[f"{index} {name}"]), flush=True)
+        replays[name] = replay
+        results[name] = speed.profile_replays(replay, DEVICE)
+        print(name, json.dumps(results[name]), flush=True)
+    rounds: dict[str, list[float]] = {name: [] for name in replays}
+    for _ in range(5):
+        for name, replay in replays.items():
+            rounds[name].append(_back_to_back_ms(replay))
+    for name, walls in rounds.items():
+        results[name]["back_to_back_ms"] = sorted(walls)[len(walls) // 2]
+        results[name]["back_to_back_rounds_ms"] = walls
+        print(name, "back to back", [round(w, 4) for w in walls], flush=True)
     return results
 
 
@@ -914,7 +924,7 @@ if __name__ == "__main__":
         "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
-        "fused_mlp": fused_mlp,
+        "split_down": split_down,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:

@@ -13,12 +13,8 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
-- ``qkv_rope_store``: at 32-64 rows the q/k/v product and ``rope_store`` in one swap-AB kernel, a program
-  a head and tile of tokens (``QKV_EPILOGUE``; off on CUDA: one program a head was slower in the forward,
-  the tiles are not yet timed).
-- ``fused_mlp``: at 32-128 rows the MLP in two swap-AB kernels, gate/up with ``silu_mul``'s activation in
-  its epilogue, then the down product quantising its input on the fly, its split sums added by the next
-  ``add_norm_quant`` (``MLP_EPILOGUE``; off on CUDA until timed in the forward).
+- ``swap_product`` split over the depth: at 32-128 rows the down product (depth 6,144) as fp32 partial
+  sums over 8 spans, which the next ``add_norm_quant`` adds (``SPLIT_DOWN``; off on CUDA until timed).
 
 With ``pdl.PDL_ON_CUDA`` every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
 
@@ -41,9 +37,9 @@ from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
 from wamdiff2_ros.decoding.lean_layers import queries_and_store, rope_angles
 from wamdiff2_ros.decoding.pdl import launch_options
 
-Pending = tuple[
-    torch.Tensor, torch.Tensor, torch.Tensor
-]  # a raw product (M, N), its (M, 1) and (1, N) scales
+# a raw product (M, N) or its fp32 partial sums over spans of its depth (S, M, N), its (M, 1) and (1, N)
+# scales
+Pending = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _warps(block: int) -> int:
@@ -97,7 +93,7 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     q, scale = fp8_rows(m, width, x.device)
     x_out = torch.empty_like(x) if add else x
     raw = raw if add else x
-    splits = raw.shape[0] if raw.dim() == 3 else 1  # fused_mlp's partial sums of the down product
+    splits = raw.shape[0] if raw.dim() == 3 else 1  # a split product's partial sums
     kernels.rows[(m,)](
         x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
         scale, width, x.stride(0), raw.stride(-2), raw.stride(0) if splits > 1 else 0, eps, ADD=add,
@@ -148,105 +144,45 @@ def swap_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
     return SWAP_AB.get((tile, n, k))
 
 
-def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
+def launch_swap_product(
+    x8, data, launch: tuple[int, int, int, int], dtype: torch.dtype, splits: int = 1
+) -> torch.Tensor:
+    """x8 (m, k) times data (n, k) transposed, unscaled: (m, n) in ``dtype``, or with ``splits`` > 1 the
+    fp32 partial sums over that many equal spans of the depth (splits, m, n)."""
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
     (m, k), n = x8.shape, data.shape[0]
     block_n, block_k, warps, stages = launch
-    if n % block_n or k % block_k or not x8.is_contiguous() or not data.is_contiguous():
-        raise ValueError(f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch}")
-    out = torch.empty((m, n), dtype=dtype, device=x8.device)
+    if n % block_n or k % (splits * block_k) or not x8.is_contiguous() or not data.is_contiguous():
+        raise ValueError(
+            f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch} in {splits} splits"
+        )
+    out = torch.empty((splits, m, n) if splits > 1 else (m, n), dtype=torch.float32 if splits > 1 else dtype,
+                      device=x8.device)  # fmt: skip
     tokens = max(16, 1 << max(m - 1, 1).bit_length())
-    kernels.swap_product[(n // block_n,)](
-        data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        num_stages=stages, **launch_options(x8.device),
+    kernels.swap_product[(n // block_n, splits)](
+        data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=splits > 1,
+        num_warps=warps, num_stages=stages, **launch_options(x8.device),
     )  # fmt: skip
     return out
 
 
-# The MLP in two kernels at 32-64 rows (token tile, gate/up N, K, down N) -> (gate/up's BLOCK_N, BLOCK_K,
-# warps, stages; down's BLOCK_N, BLOCK_K, splits, warps, stages). Not yet timed: off on CUDA until the 2b
-# forward's kernel time falls with it (docs/BENCHMARKS.md "Next on a GPU"). The launches are first guesses
-# (gate/up as the H100 probe's 7.96-us kernel; the down product at 8 warps: at 4 it spills registers for
-# sm_90a, test_kernels_compile.py).
-MLP_EPILOGUE = {
-    (32, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
-    (64, 12288, 2048, 2048): (64, 128, 4, 4, 64, 128, 4, 8, 3),
-    (128, 12288, 2048, 2048): (64, 128, 8, 3, 64, 64, 4, 8, 3),  # K = 4 rows: no spill at these
+# The down product (depth 6,144) split over its depth, swap-AB (token tile, N, K) -> (BLOCK_N, BLOCK_K,
+# warps, stages, splits): _scaled_mm runs it at ~1.3 TB/s in the 2b forward on the H100 (9.9 us a layer with
+# its split-K reduction: the slowest product for its bytes), and one swap-AB program over the whole depth
+# has too few programs (32). First guesses, not yet timed: off on CUDA until the forward's kernel time falls
+# with them (docs/BENCHMARKS.md "Next on a GPU").
+SPLIT_DOWN = {
+    (32, 2048, 6144): (64, 128, 4, 3, 8),
+    (64, 2048, 6144): (64, 128, 4, 3, 8),
+    (128, 2048, 6144): (64, 128, 8, 3, 8),
 }
-MLP_EPILOGUE_ON_CUDA = False
+SPLIT_DOWN_ON_CUDA = False
 
 
-def mlp_launch(m: int, gate_up: tuple[int, int], down: tuple[int, int]) -> list[int] | None:
-    """The two-kernel MLP's launch for m rows, or None (the gate/up product, silu_mul_quant, the down)."""
-    launch = MLP_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), *gate_up, down[0]))
-    return list(launch) if launch is not None else None
-
-
-def launch_fused_mlp(
-    h8, h_scale, gate_up, gate_up_scale, down, dtype, launch
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """gate_up_silu then quant_down (any device; CPU tensors under the interpreter): the down product's
-    fp32 partial sums (splits, m, N) and the activations' (m, 1) FP8 scales."""
-    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
-
-    (m, k), width, n = h8.shape, down.shape[1], down.shape[0]
-    block_n, block_k, warps, stages, down_n, down_k, splits, down_warps, down_stages = launch
-    shapes_fit = (
-        width % block_n == 0 and k % block_k == 0 and n % down_n == 0 and width % (splits * down_k) == 0
-    )
-    contiguous = h8.is_contiguous() and gate_up.is_contiguous() and down.is_contiguous()
-    if not shapes_fit or gate_up.shape != (2 * width, k) or not contiguous:
-        raise ValueError(f"an MLP of {tuple(gate_up.shape)} and {tuple(down.shape)} cannot take {launch}")
-    tokens = max(16, 1 << max(m - 1, 1).bit_length())
-    programs = width // block_n
-    act = torch.empty((m, width), dtype=dtype, device=h8.device)
-    top = torch.empty((programs, m), device=h8.device)
-    kernels.gate_up_silu[(programs,)](
-        gate_up, h8, h_scale, gate_up_scale, act, top, m, k, width, TOKENS=tokens, BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=stages, **launch_options(h8.device),
-    )  # fmt: skip
-    partials = torch.empty((splits, m, n), device=h8.device)
-    scale = torch.empty((m, 1), device=h8.device)
-    kernels.quant_down[(n // down_n, splits)](
-        down, act, top, partials, scale, m, n, width, programs, TOKENS=tokens,
-        PROGRAMS=1 << max(programs - 1, 1).bit_length(), BLOCK_N=down_n, BLOCK_K=down_k,
-        EXACT_CAST=os.environ.get("TRITON_INTERPRET") == "1", num_warps=down_warps, num_stages=down_stages,
-        **launch_options(h8.device),
-    )  # fmt: skip
-    return partials, scale
-
-
-# The q/k/v product with rope_store in its epilogue (a program per head and tile of tokens, swap-AB):
-# (token tile of the rows, N, K) -> (tokens a program, BLOCK_K, warps, stages). Off on CUDA: timed in the 2b
-# forward on the H100 with all 32 rows in one program a head it took 10.9 us a layer against 6.0 + 2.1 for
-# the product then rope_store (32 programs are too few for the product; docs/BENCHMARKS.md, fortieth
-# session). Tiles of 16 tokens (64 programs at 32 rows; a head's weights read twice, the second time
-# mostly from L2) are written, not yet timed.
-QKV_EPILOGUE = {(32, 4096, 2048): (16, 128, 4, 3), (64, 4096, 2048): (16, 128, 4, 3)}
-QKV_EPILOGUE_ON_CUDA = False
-
-
-def launch_qkv_rope_store(
-    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, launch
-):
-    from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
-
-    m, k = x8.shape
-    length = m // rows
-    qk_heads, dim = qk_norm.shape
-    kv_heads = qk_heads - heads
-    tokens, block_k, warps, stages = launch
-    if k % block_k or not x8.is_contiguous() or not data.is_contiguous() or m % rows:
-        raise ValueError(f"q/k/v of ({m}, {k}) x {tuple(data.shape)} cannot take the launch {launch}")
-    q = torch.empty((rows, length, heads, dim), dtype=keys.dtype, device=x8.device)
-    kernels.qkv_rope_store[(qk_heads + kv_heads, -(-m // tokens))](
-        data, x8, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, m, k, length,
-        cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps, HEADS=heads,
-        KV_HEADS=kv_heads, D=dim, TOKENS=tokens, BLOCK_K=block_k, num_warps=warps, num_stages=stages,
-        **launch_options(x8.device),
-    )  # fmt: skip
-    return q
+def split_down_launch(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
+    """The split swap-AB launch of an (m, k) x (n, k) down product, or None (``product``)."""
+    return SPLIT_DOWN.get((1 << max(m - 1, 1).bit_length(), n, k))
 
 
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
@@ -375,100 +311,28 @@ def _unit_scaled(x8: torch.Tensor, data: torch.Tensor, dtype: torch.dtype) -> to
     return torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=dtype)
 
 
-@torch.library.custom_op("wamdiff2::fp8_qkv_rope_store", mutates_args=("keys", "values"))
-def qkv_rope_store(
-    x8: torch.Tensor,
-    data: torch.Tensor,
-    row_scale: torch.Tensor,
-    col_scale: torch.Tensor,
-    qk_norm: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    slots: torch.Tensor,
-    heads: int,
-    eps: float,
-    rows: int,
-    tokens: int,
-    block_k: int,
-    warps: int,
-    stages: int,
-) -> torch.Tensor:
-    """``rope_store`` of the q/k/v product of ``x8`` (rows x n, K) in one kernel on CUDA: queries (rows, n,
-    Hq, D), k and v stored; elsewhere its twin, the product then ``rope_store``'s."""
-    if x8.device.type != "cuda":
-        raw = _unit_scaled(x8, data, keys.dtype)
-        raw = raw.view(rows, x8.shape[0] // rows, -1)
-        queries = reference_rope_store(
-            raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
-        )
-        return queries.contiguous()
-    launch = (tokens, block_k, warps, stages)
-    return launch_qkv_rope_store(
-        x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, launch
-    )
-
-
-@qkv_rope_store.register_fake
-def _(
-    x8, data, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps, rows, tokens, block_k,
-    warps, stages,
-):  # fmt: skip
-    return keys.new_empty((rows, x8.shape[0] // rows, heads, qk_norm.shape[1]))
-
-
-@torch.library.custom_op("wamdiff2::fp8_fused_mlp", mutates_args=())
-def fused_mlp(
-    h8: torch.Tensor,
-    h_scale: torch.Tensor,
-    gate_up: torch.Tensor,
-    gate_up_scale: torch.Tensor,
-    down: torch.Tensor,
-    dtype: torch.dtype,
-    launch: list[int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The MLP of the normed FP8 rows ``h8`` (m, H): the down product's fp32 partial sums over ``launch``'s
-    splits of its depth (splits, m, N; their sum is the raw down product) and its (m, 1) input scales.
-    On CUDA two kernels; elsewhere the twin: the gate/up product, ``silu_mul_quant``'s, the split down
-    product."""
-    if h8.device.type == "cuda":
-        return launch_fused_mlp(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch)
-    if down.shape[1] % launch[6]:
-        raise ValueError(f"{launch[6]} splits do not divide the down product's depth {down.shape[1]}")
-    m8, m_scale = reference_silu_mul_quant(_unit_scaled(h8, gate_up, dtype), h_scale, gate_up_scale)
-    depths = m8.float().chunk(launch[6], dim=1)
-    weights = down.float().chunk(launch[6], dim=1)
-    return torch.stack([part @ weight.T for part, weight in zip(depths, weights, strict=True)]), m_scale
-
-
-@fused_mlp.register_fake
-def _(h8, h_scale, gate_up, gate_up_scale, down, dtype, launch):
-    partials = h8.new_empty((launch[6], h8.shape[0], down.shape[0]), dtype=torch.float32)
-    return partials, h8.new_empty((h8.shape[0], 1), dtype=torch.float32)
-
-
-def qkv_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
-    """The fused q/k/v launch for m rows of an (n, k) q/k/v weight, or None (the product, then rope_store)."""
-    return QKV_EPILOGUE.get((1 << max(m - 1, 1).bit_length(), n, k))
-
-
 # The layer on these ops (the state between two attention calls is the hidden states, the MLP's down
 # product still to be added by the next norm).
 
 
 @torch.library.custom_op("wamdiff2::fp8_swap_product", mutates_args=())
 def swap_product(
-    x8: torch.Tensor, data: torch.Tensor, block_n: int, block_k: int, warps: int, stages: int
+    x8: torch.Tensor, data: torch.Tensor, block_n: int, block_k: int, warps: int, stages: int, splits: int
 ) -> torch.Tensor:
-    """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere)."""
-    if x8.device.type != "cuda":
+    """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere); with
+    ``splits`` > 1 the fp32 partial sums over equal spans of the depth (splits, m, n)."""
+    if x8.device.type == "cuda":
+        return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16, splits)
+    if splits == 1:
         return _unit_scaled(x8, data, torch.bfloat16)
-    return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16)
+    spans = zip(x8.chunk(splits, dim=1), data.chunk(splits, dim=1), strict=True)
+    return torch.stack([_unit_scaled(x.contiguous(), w.contiguous(), torch.float32) for x, w in spans])
 
 
 @swap_product.register_fake
-def _(x8, data, block_n, block_k, warps, stages):
+def _(x8, data, block_n, block_k, warps, stages, splits):
+    if splits > 1:
+        return x8.new_empty((splits, x8.shape[0], data.shape[0]), dtype=torch.float32)
     return x8.new_empty((x8.shape[0], data.shape[0]), dtype=torch.bfloat16)
 
 
@@ -478,8 +342,18 @@ def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Te
     if SWAP_AB_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
         launch = swap_launch(x8.shape[0], *weight.data.shape)
         if launch is not None:
-            return swap_product(x8, weight.data, *launch)
+            return swap_product(x8, weight.data, *launch, 1)
     return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
+
+
+def down_product(m8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
+    """``product`` of the MLP's down weight, or its partial sums over spans of the depth where ``SPLIT_DOWN``
+    has a launch (with ``SPLIT_DOWN_ON_CUDA``): the next ``add_norm_quant`` or ``settle`` adds them."""
+    if SPLIT_DOWN_ON_CUDA and m8.is_cuda and dtype == torch.bfloat16:
+        launch = split_down_launch(m8.shape[0], *weight.data.shape)
+        if launch is not None:
+            return swap_product(m8, weight.data, *launch)
+    return product(m8, weight, dtype)
 
 
 def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values, slots, heads, eps):
@@ -491,25 +365,6 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
         h8, h_scale = quant_rows(F.rms_norm(flat, (hidden,), input_norm, eps))
     else:
         flat, h8, h_scale = add_norm_quant(flat, *pending, input_norm, eps)
-    launch = qkv_launch(rows * length, *qkv.data.shape) if QKV_EPILOGUE_ON_CUDA and h8.is_cuda else None
-    if launch is not None:
-        q = qkv_rope_store(
-            h8,
-            qkv.data,
-            h_scale,
-            qkv.scale,
-            qk_norm,
-            cos,
-            sin,
-            keys,
-            values,
-            slots,
-            heads,
-            eps,
-            rows,
-            *launch,
-        )
-        return flat.view(rows, length, hidden), q
     raw = product(h8, qkv, x.dtype).view(rows, length, -1)
     q = rope_store(raw, h_scale, qkv.scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
     return flat.view(rows, length, hidden), q
@@ -527,18 +382,8 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
     )
-    # the switch first: the launch's lookup of a symbolic row count would guard the compiled prompt
-    # forward (dynamic shapes) on its value, a recompile for every prompt length
-    launch = (
-        mlp_launch(h8.shape[0], gate_up.data.shape, down.data.shape)
-        if MLP_EPILOGUE_ON_CUDA and h8.is_cuda
-        else None
-    )
-    if launch is not None:
-        partials, m_scale = fused_mlp(h8, h_scale, gate_up.data, gate_up.scale, down.data, x.dtype, launch)
-        return flat.view(rows, length, hidden), (partials, m_scale, down.scale)
     m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
-    return flat.view(rows, length, hidden), (product(m8, down, x.dtype), m_scale, down.scale)
+    return flat.view(rows, length, hidden), (down_product(m8, down, x.dtype), m_scale, down.scale)
 
 
 def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:

@@ -38,7 +38,8 @@ def rows(
     ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
-    # raw: a product's output, or SPLITS fp32 partial sums of it (quant_down's), added here and rounded.
+    # raw: a product's output, or SPLITS fp32 partial sums of it (swap_product's split over its depth),
+    # added here and rounded as the product's output.
     wait_for_inputs(PDL)
     m = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -71,13 +72,6 @@ def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, in
     up = tl.load(raw_ptr + m * stride_raw + width + cols, mask=inside, other=0.0).to(tl.float32)
     gate_scale = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
     up_scale = tl.load(col_scale_ptr + width + cols, mask=inside, other=0.0)
-    return silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype)
-
-
-@triton.jit
-def silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype: tl.constexpr):
-    # Raw gate/up products (fp32 holding dtype values) with their scales -> SiLU(gate) * up, each op
-    # rounded to dtype as torch rounds it (reference_silu_mul_quant).
     gate = (gate * row_scale * gate_scale).to(dtype).to(tl.float32)
     up = (up * row_scale * up_scale).to(dtype).to(tl.float32)
     silu = tl.math.div_rn(gate, 1.0 + tl.exp(-gate)).to(dtype).to(tl.float32)
@@ -177,173 +171,28 @@ def rope_store(
 @triton.jit
 def swap_product(
     w_ptr, x_ptr, out_ptr, m, n, k, TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
+    SPLIT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
-    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side.
+    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side. Split over the depth by the
+    # grid's second axis (SPLIT): program (i, s) sums depth span s into out[s] (fp32 partial sums, which the next
+    # `rows` kernel adds), so a long depth (the down product's 6,144) gets enough programs to stream.
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    prefetch_rows(w_ptr, rows, k, 0, k, PDL)
+    if SPLIT:
+        span = tl.multiple_of(k // tl.num_programs(1), BLOCK_K)  # the launch checks it: aligned, wide loads
+        start = tl.multiple_of(tl.program_id(1) * span, BLOCK_K)
+    else:  # the whole depth (the loop as timed before the split existed)
+        span = k
+        start = 0
+    prefetch_rows(w_ptr, rows, k, start, span, PDL)
     wait_for_inputs(PDL)
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
     acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
-    for first in range(0, k, BLOCK_K):
+    for first in range(start, start + span, BLOCK_K):
         w = tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :])
         x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
         acc = tl.dot(w, tl.trans(x), acc)
-    out = out_ptr + tokens[None, :] * n + rows[:, None]
+    out = out_ptr + tl.program_id(1) * m * n + tokens[None, :] * n + rows[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside[None, :])
-
-
-@triton.jit
-def two_products(w_ptr, x_ptr, rows_a, rows_b, tokens, inside, k, depth):
-    # Two blocks of weight rows (the MMA's M side, swap-AB) times the same tokens of x (its N side), over
-    # the whole depth k, a depth tile at a time: (len(rows_a), len(tokens)) fp32 each, unscaled.
-    a = tl.zeros((rows_a.shape[0], tokens.shape[0]), tl.float32)
-    b = tl.zeros((rows_b.shape[0], tokens.shape[0]), tl.float32)
-    for first in range(0, k, depth.shape[0]):
-        x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
-        x = tl.trans(x)
-        a = tl.dot(tl.load(w_ptr + rows_a[:, None] * k + (first + depth)[None, :]), x, a)
-        b = tl.dot(tl.load(w_ptr + rows_b[:, None] * k + (first + depth)[None, :]), x, b)
-    return a, b
-
-
-@triton.jit
-def qkv_rope_store(
-    w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
-    m, k, length, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
-    BLOCK_K: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
-    # One head of the q/k/v product for a tile of TOKENS of the m rows, swap-AB (the head's two halves of
-    # D / 2 weight rows are the MMA's M side, the rows its N side), then rope_store's epilogue on it, rounded
-    # where rope_store rounds the raw product (its twin: the product, then rope_store).
-    head = tl.program_id(0)
-    half: tl.constexpr = D // 2
-    dims = tl.arange(0, half)
-    prefetch_rows(w_ptr, head * D + tl.arange(0, D), k, 0, k, PDL)
-    wait_for_inputs(PDL)
-    tokens = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
-    depth = tl.arange(0, BLOCK_K)
-    inside = tokens < m
-    rows_first = head * D + dims
-    first, second = two_products(w_ptr, x_ptr, rows_first, rows_first + half, tokens, inside, k, depth)
-    dtype = q_ptr.dtype.element_ty
-    row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
-    first = first.to(dtype).to(tl.float32) * row_scale * tl.load(col_scale_ptr + rows_first)[:, None]
-    second = second.to(dtype).to(tl.float32) * row_scale * tl.load(col_scale_ptr + rows_first + half)[:, None]
-    first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
-    row, token = tokens // length, tokens % length
-    slot = tl.load(slots_ptr + token, mask=inside, other=0)[None, :]
-    stored = inside[None, :]
-    if head < HEADS + KV_HEADS:
-        squares = tl.sum(first * first, axis=0) + tl.sum(second * second, axis=0)
-        inverse = tl.math.rsqrt(squares / D + eps)[None, :]
-        first = (first * inverse).to(dtype).to(tl.float32)
-        second = (second * inverse).to(dtype).to(tl.float32)
-        first = (first * tl.load(norm_ptr + rows_first).to(tl.float32)[:, None]).to(dtype).to(tl.float32)
-        second = (
-            (second * tl.load(norm_ptr + rows_first + half).to(tl.float32)[:, None]).to(dtype).to(tl.float32)
-        )
-        angle = token[None, :] * stride_angle + dims[:, None]
-        cos_first = tl.load(cos_ptr + angle, mask=stored, other=0.0).to(tl.float32)
-        cos_second = tl.load(cos_ptr + angle + half, mask=stored, other=0.0).to(tl.float32)
-        sin_first = tl.load(sin_ptr + angle, mask=stored, other=0.0).to(tl.float32)
-        sin_second = tl.load(sin_ptr + angle + half, mask=stored, other=0.0).to(tl.float32)
-        rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (-second * sin_first).to(dtype).to(
-            tl.float32
-        )
-        rotated_second = (second * cos_second).to(dtype).to(tl.float32) + (first * sin_second).to(dtype).to(
-            tl.float32
-        )
-        if head < HEADS:
-            out = q_ptr + (tokens[None, :] * HEADS + head) * D
-        else:
-            out = k_ptr + row[None, :] * stride_k_row + slot * stride_k_slot + (head - HEADS) * D
-        tl.store(out + dims[:, None], rotated_first.to(dtype), mask=stored)
-        tl.store(out + half + dims[:, None], rotated_second.to(dtype), mask=stored)
-    else:
-        out = v_ptr + row[None, :] * stride_v_row + slot * stride_v_slot + (head - HEADS - KV_HEADS) * D
-        tl.store(out + dims[:, None], first.to(dtype), mask=stored)
-        tl.store(out + half + dims[:, None], second.to(dtype), mask=stored)
-
-
-@triton.jit
-def gate_up_silu(
-    w_ptr, x_ptr, row_scale_ptr, col_scale_ptr, act_ptr, top_ptr, m, k, width,
-    TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
-    # Columns [j, j + BLOCK_N) of the MLP's activations for all m <= TOKENS rows: the gate rows j.. and the
-    # up rows width + j.. of the gate/up weight (swap-AB, as swap_product), then silu_mul's activation in
-    # the epilogue, stored in the activations' dtype with each row's largest magnitude over these columns
-    # (top: one row of (programs, m) a program; the down product takes the row's scale from them).
-    program = tl.program_id(0)
-    rows = program * BLOCK_N + tl.arange(0, BLOCK_N)
-    prefetch_rows(w_ptr, rows, k, 0, k, PDL)
-    prefetch_rows(w_ptr, width + rows, k, 0, k, PDL)
-    wait_for_inputs(PDL)
-    tokens = tl.arange(0, TOKENS)
-    depth = tl.arange(0, BLOCK_K)
-    inside = tokens < m
-    gate, up = two_products(w_ptr, x_ptr, rows, width + rows, tokens, inside, k, depth)
-    dtype = act_ptr.dtype.element_ty
-    row_scale = tl.load(row_scale_ptr + tokens, mask=inside, other=0.0)[None, :]
-    gate_scale = tl.load(col_scale_ptr + rows)[:, None]
-    up_scale = tl.load(col_scale_ptr + width + rows)[:, None]
-    gate, up = gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32)  # the product's output rounding
-    act = silu_times_up(gate, up, row_scale, gate_scale, up_scale, dtype)
-    tl.store(act_ptr + tokens[None, :] * width + rows[:, None], act.to(dtype), mask=inside[None, :])
-    tl.store(top_ptr + program * m + tokens, tl.max(tl.abs(act), axis=0), mask=inside)
-
-
-@triton.jit
-def e4m3_grid(v):
-    # v (|v| <= 448) rounded to the nearest e4m3 value, to nearest even, in fp32 arithmetic: adding 2^(e + 20)
-    # leaves 3 bits of v's binade 2^e (2^-9 steps below 2^-6, e4m3's subnormals). The interpreter's own
-    # fp32 -> e4m3 cast is wrong where the rounding carries into the exponent (fp8_fused.fp8_rows).
-    magnitude = tl.abs(v)
-    binade = tl.maximum(((magnitude.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
-    shift = ((binade + 20 + 127) << 23).to(tl.float32, bitcast=True)
-    rounded = (magnitude + shift) - shift
-    return tl.where(v < 0, -rounded, rounded)
-
-
-@triton.jit
-def quant_down(
-    w_ptr, act_ptr, top_ptr, partial_ptr, scale_ptr, m, n, k, programs,
-    TOKENS: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EXACT_CAST: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
-    # Rows [i, i + BLOCK_N) of the down product over one split of its depth k, swap-AB: each row's FP8 scale
-    # from gate_up_silu's tops (silu_mul's, the same maximum), the activations quantised on the fly as
-    # silu_mul quantises them (a row's scale is the same at every depth, so the product stays unscaled),
-    # the split's fp32 sum to partial[split] (the next `rows` kernel adds the splits).
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    split, splits = tl.program_id(1), tl.num_programs(1)
-    span = k // splits
-    prefetch_rows(w_ptr, rows, k, split * span, span, PDL)
-    wait_for_inputs(PDL)
-    tokens = tl.arange(0, TOKENS)
-    inside = tokens < m
-    tops = tl.arange(0, PROGRAMS)
-    top = tl.load(
-        top_ptr + tops[:, None] * m + tokens[None, :],
-        mask=(tops < programs)[:, None] & inside[None, :],
-        other=0.0,
-    )
-    scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
-    if (tl.program_id(0) == 0) & (split == 0):
-        tl.store(scale_ptr + tokens, scale, mask=inside)
-    depth = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
-    for first in range(split * span, (split + 1) * span, BLOCK_K):
-        a = tl.load(act_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
-        q = tl.minimum(tl.maximum(tl.math.div_rn(a.to(tl.float32), scale[:, None]), -448.0), 448.0)
-        if EXACT_CAST:
-            q = e4m3_grid(q)
-        q = q.to(w_ptr.dtype.element_ty)
-        acc = tl.dot(tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :]), tl.trans(q), acc)
-    out = partial_ptr + split * m * n + tokens[None, :] * n + rows[:, None]
-    tl.store(out, acc, mask=inside[None, :])
