@@ -174,9 +174,9 @@ def swap_product(
     SPLIT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
-    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side. Split over the depth by the
-    # grid's second axis (SPLIT): program (i, s) sums depth span s into out[s] (fp32 partial sums, which the next
-    # `rows` kernel adds), so a long depth (the down product's 6,144) gets enough programs to stream.
+    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side. SPLIT: split over the depth
+    # by the grid's second axis, program (i, s) summing depth span s into out[s] (fp32 partial sums, which
+    # the next `rows` kernel adds), so a long depth (the down product's 6,144) has enough programs.
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     if SPLIT:
         span = tl.multiple_of(k // tl.num_programs(1), BLOCK_K)  # the launch checks it: aligned, wide loads
