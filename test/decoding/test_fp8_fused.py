@@ -184,7 +184,7 @@ def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_of
     assert torch.equal(fp8_fused.product(x8, weight, torch.bfloat16), twin)
 
 
-def test_the_split_down_twin_settles_as_the_unsplit_product():
+def test_the_split_product_twin_settles_as_the_unsplit_product():
     generator = torch.Generator().manual_seed(3)
     m, hidden, width = 6, 32, 64
     m8 = (torch.randn(m, width, generator=generator) * 10).to(fp8_fused.FP8)
@@ -196,25 +196,29 @@ def test_the_split_down_twin_settles_as_the_unsplit_product():
     unsplit = fp8_fused.settle(x, (fp8_fused.product(m8, down, x.dtype), m_scale, down.scale))
     got = fp8_fused.settle(x, (partials, m_scale, down.scale))
     assert (got - unsplit).abs().max() <= 1e-5 * unsplit.abs().max()  # fp32 sums in another order
-    assert fp8_fused.split_down_launch(27, 2048, 6144) == fp8_fused.split_down_launch(32, 2048, 6144)
-    assert fp8_fused.split_down_launch(27, 2048, 6144) is not None
-    assert fp8_fused.split_down_launch(256, 2048, 6144) is None
+    assert fp8_fused.split_launch(27, 2048, 6144) == fp8_fused.split_launch(32, 2048, 6144)
+    assert fp8_fused.split_launch(27, 2048, 6144) is not None
+    assert fp8_fused.split_launch(256, 2048, 6144) is None
 
 
-def test_the_split_down_launch_is_not_looked_up_while_its_switch_is_off(monkeypatch):
-    # Looked up on a compiled prompt forward's symbolic row count it would guard the graph on the prompt's
-    # length (a recompile for each); with the switch off the lookup must not happen at all.
-    def no_lookup(*_):
-        raise AssertionError("split_down_launch called with SPLIT_DOWN_ON_CUDA off")
+def test_the_launch_tables_compile_one_graph_for_every_prompt_length():
+    # The prompt forward is compiled for every length (dynamic shapes): a table lookup on its symbolic row
+    # count must not guard the graph on the count's value (it did, a recompile for each prompt length, until
+    # the forty-first session), and the small-row tables must stay within the lookup's range test.
+    from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(fp8_fused, "split_down_launch", no_lookup)
-    monkeypatch.setattr(fp8_fused, "SPLIT_DOWN_ON_CUDA", False)
-    generator = torch.Generator().manual_seed(4)
-    hidden, width = 32, 64
-    out, gate_up, down = (
-        quantize_weight(torch.randn(n, k, generator=generator))
-        for n, k in ((hidden, hidden), (2 * width, hidden), (hidden, width))
-    )
-    x = torch.randn(1, 3, hidden, generator=generator)
-    attended = torch.randn(1, 3, hidden, generator=generator)
-    fp8_fused.layer_output(x, attended, out, torch.ones(hidden), gate_up, down, 1e-6)
+    def lookups(x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        none = (
+            fp8_fused.swap_launch(rows, 12288, 2048) is None
+            and fp8_fused.split_launch(rows, 2048, 6144) is None
+        )
+        return x * (2 if none else 3)
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lookups, fullgraph=True, dynamic=True)
+    for rows in (2100, 2101, 2107):
+        assert torch.equal(compiled(torch.ones(rows, 2)), torch.full((rows, 2), 2.0))
+    assert counters["stats"]["unique_graphs"] == 1
+    assert max(tile for tile, _, _ in (*fp8_fused.SWAP_AB, *fp8_fused.SPLIT_RESIDUAL)) <= fp8_fused.SMALL_ROWS

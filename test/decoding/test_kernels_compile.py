@@ -114,14 +114,14 @@ def _kernels():
             0,
         ),
         **{
-            f"swap_product {n}x{k}, {warps} warps, {splits} splits (fp32)": (
+            f"swap_product {n}x{k} for {tile} rows of {depth}, {warps} warps, {splits} splits (fp32)": (
                 fp8_fused_kernels.swap_product,
                 {**SWAP_PRODUCT, "out_ptr": "*fp32"},
                 {"TOKENS": 1 << max(tile - 1, 1).bit_length(), "BLOCK_N": n, "BLOCK_K": k, "SPLIT": True},
                 warps,
                 0,
             )
-            for (tile, *_), (n, k, warps, _, splits) in fp8_fused.SPLIT_DOWN.items()
+            for (tile, _, depth), (n, k, warps, _, splits) in fp8_fused.SPLIT_RESIDUAL.items()
         },
         "swap_product 64x128 split, launched with PDL": (
             fp8_fused_kernels.swap_product,

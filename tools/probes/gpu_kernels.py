@@ -21,15 +21,15 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products, the split down product and PDL off and on (kernel time, and
-interleaved back-to-back wall time). split_down: the down product split over its depth, its launches swept
-against _scaled_mm, weights from HBM. Each number is the
-median of 15 graph replays of 20 (gemm, w8a16, fused_fp8, swap_ab, split_down), 24 (vision_attention) or 28
-(attention, split_keys, shared_prefix) calls.
+2b FP8 forward with the swap-AB products, the split residual products and PDL off and on (kernel time, and
+interleaved back-to-back wall time). split_residual: the out and down products split over their depth,
+their launches swept against today's path, weights from HBM. Each number is the median of 15 graph replays
+of 20 (gemm, w8a16, fused_fp8, swap_ab, split_residual), 24 (vision_attention) or 28 (attention,
+split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8,swap_ab_forward,split_down] (the parts to run; default the first three).
+swap_ab,vision_fp8,swap_ab_forward,split_residual] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -794,47 +794,56 @@ def swap_ab() -> dict[str, dict[str, object]]:
     return results
 
 
-def split_down() -> dict[str, dict[str, object]]:
-    """The 2b down product (2,048 x 6,144) split over its depth (``fp8_fused.SPLIT_DOWN``'s kernel) at 32,
-    64 and 128 rows against ``_scaled_mm`` (today's path), us per call of 20 in a graph, each call on
-    another of 8 weight copies (100 MB: the weights come from HBM, as in the forward, not from L2); the
-    fastest launch's error against ``_scaled_mm``."""
+def split_residual() -> dict[str, dict[str, object]]:
+    """The 2b products added to the residual (out 2,048 x 2,048, down 2,048 x 6,144) split over their depth
+    (``fp8_fused.SPLIT_RESIDUAL``'s kernel) at 32, 64 and 128 rows against today's path (``product``:
+    swap-AB or ``_scaled_mm``), us per call of 20 in a graph, each call on another of 8 weight copies (the
+    weights come from HBM, as in the forward, not from L2); the fastest launch's error against
+    ``_scaled_mm`` on one copy."""
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
-    copies = [quantize_weight(torch.randn(2048, 6144, device=DEVICE).bfloat16() * 0.02) for _ in range(8)]
     one = torch.ones((), device=DEVICE)
     results: dict[str, dict[str, object]] = {}
-    for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
-        m8, _ = quantize_rows(torch.randn(rows, 6144, device=DEVICE).bfloat16())
-        turn = iter(range(10**9))
+    for name, depth in (("out", 2048), ("down", 6144)):
+        copies = [
+            quantize_weight(torch.randn(2048, depth, device=DEVICE).bfloat16() * 0.02) for _ in range(8)
+        ]
+        for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
+            x8, _ = quantize_rows(torch.randn(rows, depth, device=DEVICE).bfloat16())
+            turn = iter(range(10**9))
 
-        def scaled_mm(m8: torch.Tensor = m8, turn: Any = turn) -> torch.Tensor:
-            data = copies[next(turn) % 8].data
-            return torch._scaled_mm(m8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            def today(x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies) -> torch.Tensor:
+                return fused.product(x8, copies[next(turn) % 8], torch.bfloat16)
 
-        def split(launch: tuple[int, ...], m8: torch.Tensor = m8, turn: Any = turn) -> torch.Tensor:
-            data = copies[next(turn) % 8].data
-            return fused.launch_swap_product(m8, data, launch[:4], torch.bfloat16, launch[4])
+            def split(
+                launch: tuple[int, ...], x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies
+            ):
+                data = copies[next(turn) % 8].data
+                return fused.launch_swap_product(x8, data, launch[:4], torch.bfloat16, launch[4])
 
-        launches = {
-            f"n{n} k{k} w{w} s{st} splits{p}": (n, k, w, st, p)
-            for n in (64, 128) for k in (64, 128, 256) for w in (4, 8) for st in (3, 4) for p in (4, 8, 16)
-            if 6144 % (p * k) == 0
-        }  # fmt: skip
-        timed = _timed({name: partial(split, launch) for name, launch in launches.items()})
-        best = min(timed, key=timed.get)
-        reference = scaled_mm()
-        results[f"M{rows}"] = {
-            "scaled_mm_us": graph_ms(repeated(scaled_mm, 20)) / 20 * 1000,
-            "split_us": timed[best],
-            "launch": launches[best],
-            "table_launch": fused.split_down_launch(rows, 2048, 6144),
-            "error": (split(launches[best]).sum(0) - reference.float()).norm().item()
-            / reference.float().norm().item(),
-            "sweep_us": timed,
-        }
-        print(rows, json.dumps({k: v for k, v in results[f"M{rows}"].items() if k != "sweep_us"}), flush=True)
+            launches = {  # 8 warps for 128 weight rows a program; 4 stages and other warps left for later
+                f"n{n} k{k} splits{p}": (n, k, 4 if n == 64 else 8, 3, p)
+                for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8, 16) if depth % (p * k) == 0
+            }  # fmt: skip
+            timed = _timed({label: partial(split, launch) for label, launch in launches.items()})
+            if not timed:
+                results[f"{name} M{rows}"] = {"error": "no launch ran"}
+                continue
+            best = launches[min(timed, key=timed.get)]
+            data = copies[0].data
+            reference = torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+            got = fused.launch_swap_product(x8, data, best[:4], torch.bfloat16, best[4]).sum(0)
+            results[f"{name} M{rows}"] = {
+                "today_us": graph_ms(repeated(today, 20)) / 20 * 1000,
+                "split_us": min(timed.values()),
+                "launch": best,
+                "table_launch": fused.split_launch(rows, 2048, depth),
+                "error": ((got - reference).norm() / reference.norm()).item(),
+                "sweep_us": timed,
+            }
+            shown = {key: value for key, value in results[f"{name} M{rows}"].items() if key != "sweep_us"}
+            print(name, rows, json.dumps(shown), flush=True)
     return results
 
 
@@ -854,9 +863,9 @@ def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
 
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split down product
-    (``SPLIT_DOWN_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind (one
-    profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
+    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split residual
+    products (``SPLIT_RESIDUAL_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
+    (one profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
     rounds): the card's drift between variants (up to 14 % in the forty-first session's one-at-a-time
     timing) falls on all of them alike."""
     from wamdiff2_ros.cli.bench import _prompt
@@ -875,15 +884,15 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
     )  # fmt: skip
     results: dict[str, dict[str, object]] = {}
     replays: dict[str, Callable[[], None]] = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_DOWN_ON_CUDA, pdl.PDL_ON_CUDA
+    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_RESIDUAL_ON_CUDA, pdl.PDL_ON_CUDA
         "swap-AB": (True, False, False),  # the forward as it runs today first: a cut-off keeps it
-        "swap-AB + split down": (True, True, False),
+        "swap-AB + split": (True, True, False),
         "swap-AB + PDL": (True, False, True),
-        "swap-AB + split down + PDL": (True, True, True),
+        "swap-AB + split + PDL": (True, True, True),
         "off": (False, False, False),
     }
     for name, (swap, split, launch_pdl) in variants.items():
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_DOWN_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_RESIDUAL_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -924,7 +933,7 @@ if __name__ == "__main__":
         "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
-        "split_down": split_down,
+        "split_residual": split_residual,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:

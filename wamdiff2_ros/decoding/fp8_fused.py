@@ -13,8 +13,9 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
-- ``swap_product`` split over the depth: at 32-128 rows the down product (depth 6,144) as fp32 partial
-  sums over 8 spans, which the next ``add_norm_quant`` adds (``SPLIT_DOWN``; off on CUDA until timed).
+- ``swap_product`` split over the depth: at 32-128 rows the products added to the residual (the attention's
+  out product and the MLP's down product) as fp32 partial sums over 4-8 spans of their depth, which the
+  next ``add_norm_quant`` adds (``SPLIT_RESIDUAL``; off on CUDA until timed).
 
 With ``pdl.PDL_ON_CUDA`` every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
 
@@ -140,8 +141,20 @@ SWAP_AB_ON_CUDA = True
 
 def swap_launch(m: int, n: int, k: int) -> tuple[int, int, int, int] | None:
     """The swap-AB launch for an (m, k) x (n, k) product, or None where ``_scaled_mm`` is the faster."""
-    tile = 1 << max(m - 1, 1).bit_length()  # the next power of two
-    return SWAP_AB.get((tile, n, k))
+    return SWAP_AB.get(_small_shape(m, n, k))
+
+
+SMALL_ROWS = 128  # the launch tables' largest tile of rows
+
+
+def _small_shape(m: int, n: int, k: int) -> tuple[int, int, int] | None:
+    # (m's next power of two, n, k): a launch table's key, None beyond the tables' largest tile of rows. The
+    # test comes first: on the prompt forward, compiled for every length, m is symbolic, and rounding it
+    # would guard the graph on m's value (a recompile for every prompt length); `m > SMALL_ROWS` guards a
+    # range.
+    if m > SMALL_ROWS:
+        return None
+    return 1 << max(m - 1, 1).bit_length(), n, k
 
 
 def launch_swap_product(
@@ -167,22 +180,27 @@ def launch_swap_product(
     return out
 
 
-# The down product (depth 6,144) split over its depth, swap-AB (token tile, N, K) -> (BLOCK_N, BLOCK_K,
-# warps, stages, splits): _scaled_mm runs it at ~1.3 TB/s in the 2b forward on the H100 (9.9 us a layer with
-# its split-K reduction: the slowest product for its bytes), and one swap-AB program over the whole depth
-# has too few programs (32). First guesses, not yet timed: off on CUDA until the forward's kernel time falls
-# with them (docs/BENCHMARKS.md "Next on a GPU").
-SPLIT_DOWN = {
+# The products added to the residual (out: 2,048 x 2,048, down: 2,048 x 6,144), split over their depth,
+# swap-AB (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages, splits). Their consumer, the next
+# add_norm_quant, adds the spans' fp32 sums as it adds a product, so a split costs no reduction kernel. In
+# the 2b forward on the H100 they stream their weights slowest: down through _scaled_mm at ~1.3 TB/s (9.9 us
+# a layer with cuBLAS's split-K reduction), out through the swap-AB kernel at ~0.9 TB/s (4.8 us: 32
+# programs for 132 SMs). 128-256 programs here. First guesses, not yet timed: off on CUDA until the
+# forward's kernel time falls with them (docs/BENCHMARKS.md "Next on a GPU").
+SPLIT_RESIDUAL = {
+    (32, 2048, 2048): (64, 128, 4, 3, 4),
+    (64, 2048, 2048): (64, 128, 4, 3, 4),
+    (128, 2048, 2048): (64, 128, 8, 3, 4),
     (32, 2048, 6144): (64, 128, 4, 3, 8),
     (64, 2048, 6144): (64, 128, 4, 3, 8),
     (128, 2048, 6144): (64, 128, 8, 3, 8),
 }
-SPLIT_DOWN_ON_CUDA = False
+SPLIT_RESIDUAL_ON_CUDA = False
 
 
-def split_down_launch(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
-    """The split swap-AB launch of an (m, k) x (n, k) down product, or None (``product``)."""
-    return SPLIT_DOWN.get((1 << max(m - 1, 1).bit_length(), n, k))
+def split_launch(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
+    """The split swap-AB launch of an (m, k) x (n, k) product added to the residual, or None (``product``)."""
+    return SPLIT_RESIDUAL.get(_small_shape(m, n, k))
 
 
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
@@ -325,6 +343,8 @@ def swap_product(
         return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16, splits)
     if splits == 1:
         return _unit_scaled(x8, data, torch.bfloat16)
+    if x8.shape[1] % splits:
+        raise ValueError(f"{splits} splits do not divide the product's depth {x8.shape[1]}")
     spans = zip(x8.chunk(splits, dim=1), data.chunk(splits, dim=1), strict=True)
     return torch.stack([_unit_scaled(x.contiguous(), w.contiguous(), torch.float32) for x, w in spans])
 
@@ -346,14 +366,15 @@ def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Te
     return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
 
 
-def down_product(m8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
-    """``product`` of the MLP's down weight, or its partial sums over spans of the depth where ``SPLIT_DOWN``
-    has a launch (with ``SPLIT_DOWN_ON_CUDA``): the next ``add_norm_quant`` or ``settle`` adds them."""
-    if SPLIT_DOWN_ON_CUDA and m8.is_cuda and dtype == torch.bfloat16:
-        launch = split_down_launch(m8.shape[0], *weight.data.shape)
+def residual_product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
+    """``product`` of a weight whose output goes to the residual (out, down), or its fp32 partial sums over
+    spans of the depth (splits, m, n) where ``SPLIT_RESIDUAL`` has a launch (with ``SPLIT_RESIDUAL_ON_CUDA``):
+    the next ``add_norm_quant`` or ``settle`` adds them."""
+    if SPLIT_RESIDUAL_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
+        launch = split_launch(x8.shape[0], *weight.data.shape)
         if launch is not None:
-            return swap_product(m8, weight.data, *launch)
-    return product(m8, weight, dtype)
+            return swap_product(x8, weight.data, *launch)
+    return product(x8, weight, dtype)
 
 
 def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values, slots, heads, eps):
@@ -380,14 +401,19 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
     else:
         a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
     flat, h8, h_scale = add_norm_quant(
-        x.reshape(rows * length, hidden), product(a8, out, x.dtype), a_scale, out.scale, post_norm, eps
+        x.reshape(rows * length, hidden),
+        residual_product(a8, out, x.dtype),
+        a_scale,
+        out.scale,
+        post_norm,
+        eps,
     )
     m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
-    return flat.view(rows, length, hidden), (down_product(m8, down, x.dtype), m_scale, down.scale)
+    return flat.view(rows, length, hidden), (residual_product(m8, down, x.dtype), m_scale, down.scale)
 
 
 def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:
-    """``x`` with the pending product added (a raw product, or ``fused_mlp``'s partial sums of one)."""
+    """``x`` with the pending product added (a raw product, or its partial sums: ``residual_product``)."""
     raw, row_scale, col_scale = pending
     if raw.dim() == 3:
         raw = raw.sum(0).to(x.dtype)
