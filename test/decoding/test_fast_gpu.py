@@ -509,36 +509,41 @@ def test_the_fused_fp8_forward_with_swap_ab_products_is_the_one_without(
 
 
 @pytest.mark.parametrize("rows", [32, 27, 128])
-@pytest.mark.parametrize("depth", [2048, 6144])  # the out product, the down product
-def test_a_split_residual_product_at_the_2b_shape_adds_up_to_the_product(rows, depth):
+@pytest.mark.parametrize("shape", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144)])  # q/k/v .. down
+def test_a_split_product_at_the_2b_shapes_adds_up_to_the_product(rows, shape):
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
-    generator = torch.Generator(device="cuda").manual_seed(0)
+    (n, depth), generator = shape, torch.Generator(device="cuda").manual_seed(0)
     x8, x_scale = quantize_rows(torch.randn(rows, depth, device="cuda", generator=generator).bfloat16())
-    weight = quantize_weight(torch.randn(2048, depth, device="cuda", generator=generator).bfloat16() * 0.02)
-    x = torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16()
-    partials = fused.swap_product(x8, weight.data, *fused.split_launch(rows, 2048, depth))
+    weight = quantize_weight(torch.randn(n, depth, device="cuda", generator=generator).bfloat16() * 0.02)
+    partials = fused.swap_product(x8, weight.data, *fused.split_launch(rows, n, depth))
     raw = fused.product(x8, weight, torch.bfloat16)
     assert _relative_error(partials.sum(0), raw) < 1e-2
-    norm = torch.ones(2048, device="cuda")
-    got = fused.add_norm_quant(x, partials, x_scale, weight.scale, norm, 1e-6)
-    expected = fused.add_norm_quant(x, raw, x_scale, weight.scale, norm, 1e-6)
-    assert _relative_error(got[0], expected[0]) < 1e-2
+    if n == 12288:  # gate/up: read by silu_mul_quant
+        (got, got_scale), (expected, scale) = (
+            fused.silu_mul_quant(partials, x_scale, weight.scale, torch.bfloat16),
+            fused.silu_mul_quant(raw, x_scale, weight.scale),
+        )
+        assert _relative_error(got.float() * got_scale, expected.float() * scale) < 1e-2
+    elif n == 2048:  # out, down: added to the residual by add_norm_quant
+        x = torch.randn(rows, 2048, device="cuda", generator=generator).bfloat16()
+        norm = torch.ones(2048, device="cuda")
+        got = fused.add_norm_quant(x, partials, x_scale, weight.scale, norm, 1e-6)
+        expected = fused.add_norm_quant(x, raw, x_scale, weight.scale, norm, 1e-6)
+        assert _relative_error(got[0], expected[0]) < 1e-2
 
 
-def test_the_fused_fp8_forward_with_split_residual_products_is_the_one_without(
+def test_the_fused_fp8_forward_with_split_products_is_the_one_without(
     bf16_model, planning_prompt, monkeypatch
 ):
     from wamdiff2_ros.decoding import fp8_fused as fused
 
-    def every_shape(m, n, k):  # the tiny model's out and down products through the split kernel
+    def every_shape(m, n, k):  # the tiny model's four products through the split kernel
         return (32, 32, 4, 3, 2) if m <= 64 and k % 64 == 0 else None
 
     monkeypatch.setattr(fused, "split_launch", every_shape)
-    _assert_same_fp8_forward_with_and_without(
-        bf16_model, planning_prompt, monkeypatch, "SPLIT_RESIDUAL_ON_CUDA"
-    )
+    _assert_same_fp8_forward_with_and_without(bf16_model, planning_prompt, monkeypatch, "SPLIT_ON_CUDA")
 
 
 def test_the_fused_fp8_forward_launched_with_pdl_is_the_one_without(bf16_model, planning_prompt, monkeypatch):

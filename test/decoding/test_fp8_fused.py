@@ -50,6 +50,11 @@ for rows, width in ((7, 96), (3, 200)):  # a power of two's block and a ragged o
     for block in (fused.SILU_BLOCK, 64):  # one chunk per row, and several with a ragged last one
         close(dequantised(*fused.launch_silu_mul_quant(raw, row_scale, col_scale, block=block)),
               dequantised(*fused.reference_silu_mul_quant(raw, row_scale, col_scale)), "silu_mul_quant")
+    # the gate/up product as 3 partial sums over spans of its depth (a split product)
+    parts = torch.randn(3, rows, 2 * width, generator=generator) * 10
+    got = fused.launch_silu_mul_quant(parts, row_scale, col_scale, block=64, dtype=torch.float32)
+    expected = fused.reference_silu_mul_quant(parts, row_scale, col_scale, torch.float32)
+    close(dequantised(*got), dequantised(*expected), "silu_mul_quant of partial sums")
 
 # rope_store: 2 rows x 5 tokens, 4 query / 2 KV heads of 16, written at slots 3..7 of 12
 rows, length, heads, kv_heads, dim = 2, 5, 4, 2, 16
@@ -68,6 +73,14 @@ for group in (1, 2):  # a head per program (decode), and groups of heads (a prom
     close(caches[2], caches[0], "keys")
     close(caches[3], caches[1], "values")
     assert caches[0][:, 3:8].abs().sum() > 0 and caches[0][:, :3].abs().sum() == 0
+# the q/k/v product as 2 partial sums over spans of its depth (a split product)
+parts = torch.randn(2, *raw.shape, generator=generator) * 15
+caches = [torch.zeros(rows, 12, kv_heads, dim) for _ in range(4)]
+expected = fused.reference_rope_store(parts, *inputs[1:], *caches[:2], slots, heads, 1e-6)
+got = fused.launch_rope_store(parts, *inputs[1:], *caches[2:], slots, heads, 1e-6)
+close(got, expected, "queries of partial sums")
+close(caches[2], caches[0], "keys of partial sums")
+close(caches[3], caches[1], "values of partial sums")
 assert fused.rope_group(32, 16, 8) == 1 and fused.rope_group(2106, 16, 8) == 8
 assert fused.rope_group(2106, 4, 2) == 2
 
@@ -170,6 +183,26 @@ def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -
     assert not LeanDecoder(tiny_model, weights="bf16").fused  # only W8A8 has fused layers
 
 
+def test_the_fused_fp8_forward_reads_every_product_split_as_the_product(
+    tiny_model, planning_prompt, monkeypatch
+) -> None:
+    # Every product of the fused forward as 2 partial sums (the twin of SPLIT_PRODUCTS' launches, which
+    # split only on CUDA): q/k/v read by rope_store, gate/up by silu_mul_quant, out and down by
+    # add_norm_quant and settle, each summing them where it reads the product.
+    expected, expected_keys = _logits(tiny_model, planning_prompt, LeanDecoder(tiny_model, weights="fp8"))
+    products = []
+
+    def in_two(x8, weight, dtype):
+        products.append(tuple(weight.data.shape))
+        return fp8_fused.swap_product(x8, weight.data, 0, 0, 0, 0, 2).to(dtype)
+
+    monkeypatch.setattr(fp8_fused, "split_product", in_two)
+    got, got_keys = _logits(tiny_model, planning_prompt, LeanDecoder(tiny_model, weights="fp8"))
+    assert len(set(products)) == 4  # q/k/v, out, gate/up, down
+    assert (got_keys - expected_keys).abs().max() <= 1e-5 * expected_keys.abs().max()  # sums reordered
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+
+
 def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_off_cuda(monkeypatch):
     assert fp8_fused.swap_launch(32, 12288, 2048) == fp8_fused.swap_launch(20, 12288, 2048) is not None
     assert fp8_fused.swap_launch(64, 2048, 2048) is None  # level or slower there: _scaled_mm
@@ -221,4 +254,4 @@ def test_the_launch_tables_compile_one_graph_for_every_prompt_length():
     for rows in (2100, 2101, 2107):
         assert torch.equal(compiled(torch.ones(rows, 2)), torch.full((rows, 2), 2.0))
     assert counters["stats"]["unique_graphs"] == 1
-    assert max(tile for tile, _, _ in (*fp8_fused.SWAP_AB, *fp8_fused.SPLIT_RESIDUAL)) <= fp8_fused.SMALL_ROWS
+    assert max(tile for tile, _, _ in (*fp8_fused.SWAP_AB, *fp8_fused.SPLIT_PRODUCTS)) <= fp8_fused.SMALL_ROWS

@@ -31,12 +31,13 @@ PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 ROPE = {
     "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32", "norm_ptr": "*bf16",
     "cos_ptr": "*bf16", "sin_ptr": "*bf16", "slots_ptr": "*i64", "q_ptr": "*bf16", "k_ptr": "*bf16",
-    "v_ptr": "*bf16", "length": "i32", "stride_raw": "i32", "stride_angle": "i32", "stride_k_row": "i32",
-    "stride_k_slot": "i32", "stride_v_row": "i32", "stride_v_slot": "i32", "eps": "fp32",
+    "v_ptr": "*bf16", "length": "i32", "stride_raw": "i32", "stride_split": "i32", "stride_angle": "i32",
+    "stride_k_row": "i32", "stride_k_slot": "i32", "stride_v_row": "i32", "stride_v_slot": "i32",
+    "eps": "fp32",
 }  # fmt: skip
 SILU = {
     "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32", "act_ptr": "*bf16",
-    "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32", "stride_raw": "i32",
+    "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32", "stride_raw": "i32", "stride_split": "i32",
 }  # fmt: skip
 ROWS = {
     "x_ptr": "*bf16", "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
@@ -79,6 +80,7 @@ def _kernels():
     from wamdiff2_ros.decoding.device_grammar import kernel_warps
 
     partial, merge, merge_quant = split_keys()
+    rope_store = fp8_fused_kernels.rope_store
     two_b = {"HEADS": 16, "KV_HEADS": 8, "D": 128}
     heads = {"QUERY_HEADS": 16, "KV_HEADS": 8, "D": 128, "QUERIES": 32}
     return {  # name: (kernel, signature, constexprs, warps as launched, spill bytes tolerated)
@@ -121,7 +123,7 @@ def _kernels():
                 warps,
                 0,
             )
-            for (tile, _, depth), (n, k, warps, _, splits) in fp8_fused.SPLIT_RESIDUAL.items()
+            for (tile, _, depth), (n, k, warps, _, splits) in fp8_fused.SPLIT_PRODUCTS.items()
         },
         "swap_product 64x128 split, launched with PDL": (
             fp8_fused_kernels.swap_product,
@@ -146,10 +148,24 @@ def _kernels():
         ),
         "split-keys merge": (merge, MERGE, {**heads, "CHUNKS": 16}, 4, 0),
         "split-keys merge, launched with PDL": (merge, MERGE, {**heads, "CHUNKS": 16, "PDL": True}, 4, 0),
-        "rope_store, a head a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 1}, 1, 0),
-        "rope_store, 8 heads a program": (fp8_fused_kernels.rope_store, ROPE, {**two_b, "GROUP": 8}, 4, 0),
-        "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 16, 0),
-        "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 8, 0),
+        "rope_store, a head a program": (rope_store, ROPE, {**two_b, "GROUP": 1, "SPLITS": 1}, 1, 0),
+        "rope_store, 8 heads a program": (rope_store, ROPE, {**two_b, "GROUP": 8, "SPLITS": 1}, 4, 0),
+        "rope_store of 2 partial sums": (
+            rope_store,
+            {**ROPE, "raw_ptr": "*fp32"},
+            {**two_b, "GROUP": 1, "SPLITS": 2},
+            1,
+            0,
+        ),
+        "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048, "SPLITS": 1}, 16, 0),
+        "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048, "SPLITS": 1}, 8, 0),
+        "silu_mul of 2 partial sums": (
+            fp8_fused_kernels.silu_mul,
+            {**SILU, "raw_ptr": "*fp32"},
+            {"BLOCK": 2048, "SPLITS": 2},
+            16,
+            0,
+        ),
         "merge_quant": (merge_quant, MERGE_QUANT, {**heads, "CHUNKS": 16, "OUT_DTYPE": tl.bfloat16}, 8, 0),
         **{
             f"grammar block_sets {tile}, allowed={allowed}": (

@@ -21,15 +21,15 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
 the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products, the split residual products and PDL off and on (kernel time, and
-interleaved back-to-back wall time). split_residual: the out and down products split over their depth,
-their launches swept against today's path, weights from HBM. Each number is the median of 15 graph replays
-of 20 (gemm, w8a16, fused_fp8, swap_ab, split_residual), 24 (vision_attention) or 28 (attention,
+2b FP8 forward with the swap-AB products, the split products and PDL off and on (kernel time, and
+interleaved back-to-back wall time). split_products: the four products split over their depth, their
+launches swept against today's path, weights from HBM. Each number is the median of 15 graph replays
+of 20 (gemm, w8a16, fused_fp8, swap_ab, split_products), 24 (vision_attention) or 28 (attention,
 split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8,swap_ab_forward,split_residual] (the parts to run; default the first three).
+swap_ab,vision_fp8,swap_ab_forward,split_products] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -794,22 +794,22 @@ def swap_ab() -> dict[str, dict[str, object]]:
     return results
 
 
-def split_residual() -> dict[str, dict[str, object]]:
-    """The 2b products added to the residual (out 2,048 x 2,048, down 2,048 x 6,144) split over their depth
-    (``fp8_fused.SPLIT_RESIDUAL``'s kernel) at 32, 64 and 128 rows against today's path (``product``:
-    swap-AB or ``_scaled_mm``), us per call of 20 in a graph, each call on another of 8 weight copies (the
-    weights come from HBM, as in the forward, not from L2); the fastest launch's error against
-    ``_scaled_mm`` on one copy."""
+def split_products() -> dict[str, dict[str, object]]:
+    """The 2b layer's four products split over their depth (``fp8_fused.SPLIT_PRODUCTS``'s kernel) at 32
+    and 128 rows (K = 1 and the node's K = 4) against today's path (``product``: swap-AB or
+    ``_scaled_mm``), us per call of 20 in a graph, each call on another of 8 weight copies (the weights come
+    from HBM, as in the forward, not from L2); the fastest launch's error against ``_scaled_mm`` on one
+    copy."""
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
     one = torch.ones((), device=DEVICE)
     results: dict[str, dict[str, object]] = {}
-    for name, depth in (("out", 2048), ("down", 6144)):
-        copies = [
-            quantize_weight(torch.randn(2048, depth, device=DEVICE).bfloat16() * 0.02) for _ in range(8)
-        ]
-        for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
+    for name in ("qkv", "out", "gate_up", "down"):
+        n_out, depth = SHAPES[name]
+        weights = [torch.randn(n_out, depth, device=DEVICE).bfloat16() * 0.02 for _ in range(8)]
+        copies = [quantize_weight(weight) for weight in weights]
+        for rows in (32, 128):
             x8, _ = quantize_rows(torch.randn(rows, depth, device=DEVICE).bfloat16())
             turn = iter(range(10**9))
 
@@ -824,7 +824,8 @@ def split_residual() -> dict[str, dict[str, object]]:
 
             launches = {  # 8 warps for 128 weight rows a program; 4 stages and other warps left for later
                 f"n{n} k{k} splits{p}": (n, k, 4 if n == 64 else 8, 3, p)
-                for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8, 16) if depth % (p * k) == 0
+                for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8, 16)
+                if depth % (p * k) == 0 and n_out % n == 0
             }  # fmt: skip
             timed = _timed({label: partial(split, launch) for label, launch in launches.items()})
             if not timed:
@@ -838,7 +839,7 @@ def split_residual() -> dict[str, dict[str, object]]:
                 "today_us": graph_ms(repeated(today, 20)) / 20 * 1000,
                 "split_us": min(timed.values()),
                 "launch": best,
-                "table_launch": fused.split_launch(rows, 2048, depth),
+                "table_launch": fused.split_launch(rows, n_out, depth),
                 "error": ((got - reference).norm() / reference.norm()).item(),
                 "sweep_us": timed,
             }
@@ -863,8 +864,8 @@ def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
 
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split residual
-    products (``SPLIT_RESIDUAL_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
+    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split products
+    (``SPLIT_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
     (one profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
     rounds): the card's drift between variants (up to 14 % in the forty-first session's one-at-a-time
     timing) falls on all of them alike."""
@@ -884,7 +885,7 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
     )  # fmt: skip
     results: dict[str, dict[str, object]] = {}
     replays: dict[str, Callable[[], None]] = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_RESIDUAL_ON_CUDA, pdl.PDL_ON_CUDA
+    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_ON_CUDA, pdl.PDL_ON_CUDA
         "swap-AB": (True, False, False),  # the forward as it runs today first: a cut-off keeps it
         "swap-AB + split": (True, True, False),
         "swap-AB + PDL": (True, False, True),
@@ -892,7 +893,7 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
         "off": (False, False, False),
     }
     for name, (swap, split, launch_pdl) in variants.items():
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_RESIDUAL_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
+        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -933,7 +934,7 @@ if __name__ == "__main__":
         "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
-        "split_residual": split_residual,
+        "split_products": split_products,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:

@@ -13,9 +13,8 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
-- ``swap_product`` split over the depth: at 32-128 rows the products added to the residual (the attention's
-  out product and the MLP's down product) as fp32 partial sums over 4-8 spans of their depth, which the
-  next ``add_norm_quant`` adds (``SPLIT_RESIDUAL``; off on CUDA until timed).
+- ``swap_product`` split over the depth: at 32-128 rows a product as fp32 partial sums over 2-8 spans of
+  its depth, which the kernel reading it adds (``SPLIT_PRODUCTS``; off on CUDA until timed).
 
 With ``pdl.PDL_ON_CUDA`` every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
 
@@ -62,6 +61,12 @@ def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor)
     return (raw.float() * row_scale * col_scale).to(raw.dtype)
 
 
+def product_output(raw: torch.Tensor, dims: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """A product's output (``dims`` dimensions), or the sum of its fp32 partial sums over spans of its depth
+    (one dimension more, first: ``split_product``) rounded to ``dtype`` (the kernels' ``product_output``)."""
+    return raw.sum(0).to(dtype) if raw.dim() == dims + 1 else raw
+
+
 # The twins: torch ops rounding where the kernels round (and where the unfused forward rounds).
 
 
@@ -70,12 +75,14 @@ def reference_add_norm_quant(x, raw, row_scale, col_scale, weight, eps):
     return (x, *quantize_rows(F.rms_norm(x, (x.shape[-1],), weight, eps)))
 
 
-def reference_silu_mul_quant(raw, row_scale, col_scale):
+def reference_silu_mul_quant(raw, row_scale, col_scale, dtype=None):
+    raw = product_output(raw, 2, dtype)
     gate, up = _scaled(raw, row_scale, col_scale).chunk(2, dim=-1)
     return quantize_rows(F.silu(gate) * up)
 
 
 def reference_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
+    raw = product_output(raw, 3, keys.dtype)
     rows, length, _ = raw.shape
     qkv = _scaled(raw.reshape(rows * length, -1), row_scale, col_scale).view(rows, length, -1)
     return queries_and_store(qkv, qk_norm, cos, sin, keys, values, slots, heads, eps)
@@ -109,15 +116,26 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
 SILU_BLOCK = 2048
 
 
-def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, block: int = SILU_BLOCK):
+def launch_silu_mul_quant(
+    raw,
+    row_scale,
+    col_scale,
+    warps: int | None = None,
+    block: int = SILU_BLOCK,
+    dtype: torch.dtype | None = None,
+):
+    """``silu_mul_quant`` of the raw gate/up product (m, 2 I), or of its fp32 partial sums (S, m, 2 I) with
+    the activations' ``dtype``."""
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
-    m, width = raw.shape[0], raw.shape[1] // 2
+    m, width = raw.shape[-2], raw.shape[-1] // 2
+    splits = raw.shape[0] if raw.dim() == 3 else 1
     warps = warps or (16 if m <= 256 else 8)
     q, scale = fp8_rows(m, width, raw.device)
-    activations = torch.empty((m, width), dtype=raw.dtype, device=raw.device)  # the kernel's scratch
+    activations = torch.empty((m, width), dtype=dtype or raw.dtype, device=raw.device)  # the kernel's scratch
     kernels.silu_mul[(m,)](
-        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps,
+        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(-2),
+        raw.stride(0) if splits > 1 else 0, BLOCK=block, SPLITS=splits, num_warps=warps,
         **launch_options(raw.device),
     )  # fmt: skip
     return q.to(FP8), scale
@@ -180,27 +198,34 @@ def launch_swap_product(
     return out
 
 
-# The products added to the residual (out: 2,048 x 2,048, down: 2,048 x 6,144), split over their depth,
-# swap-AB (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages, splits). Their consumer, the next
-# add_norm_quant, adds the spans' fp32 sums as it adds a product, so a split costs no reduction kernel. In
-# the 2b forward on the H100 they stream their weights slowest: down through _scaled_mm at ~1.3 TB/s (9.9 us
-# a layer with cuBLAS's split-K reduction), out through the swap-AB kernel at ~0.9 TB/s (4.8 us: 32
-# programs for 132 SMs). 128-256 programs here. First guesses, not yet timed: off on CUDA until the
+# The products split over their depth, swap-AB: (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages,
+# splits), for q/k/v (4,096 x 2,048), out (2,048 x 2,048), gate/up (12,288 x 2,048) and down (2,048 x
+# 6,144). The kernel that reads a product adds the spans' fp32 sums as it reads it (`product_output`), so a
+# split costs no reduction kernel. In the 2b forward on the H100 the products stream their weights at
+# 0.9-2.1 TB/s of the 3.35: down through _scaled_mm at ~1.3 (9.9 us a layer with cuBLAS's split-K
+# reduction), out at ~0.9 (4.8 us: 32 programs for 132 SMs), q/k/v at ~1.4 (5.9 us, 64 programs), gate/up
+# at ~2.1 (12.0 us, 96). Here 128-256 programs each. First guesses, not yet timed: off on CUDA until the
 # forward's kernel time falls with them (docs/BENCHMARKS.md "Next on a GPU").
-SPLIT_RESIDUAL = {
+SPLIT_PRODUCTS = {
+    (32, 4096, 2048): (64, 128, 4, 3, 2),
+    (64, 4096, 2048): (64, 128, 4, 3, 2),
+    (128, 4096, 2048): (64, 128, 8, 3, 2),
     (32, 2048, 2048): (64, 128, 4, 3, 4),
     (64, 2048, 2048): (64, 128, 4, 3, 4),
     (128, 2048, 2048): (64, 128, 8, 3, 4),
+    (32, 12288, 2048): (128, 128, 8, 3, 2),
+    (64, 12288, 2048): (128, 128, 8, 3, 2),
+    (128, 12288, 2048): (128, 128, 8, 3, 2),
     (32, 2048, 6144): (64, 128, 4, 3, 8),
     (64, 2048, 6144): (64, 128, 4, 3, 8),
     (128, 2048, 6144): (64, 128, 8, 3, 8),
 }
-SPLIT_RESIDUAL_ON_CUDA = False
+SPLIT_ON_CUDA = False
 
 
 def split_launch(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
-    """The split swap-AB launch of an (m, k) x (n, k) product added to the residual, or None (``product``)."""
-    return SPLIT_RESIDUAL.get(_small_shape(m, n, k))
+    """The split swap-AB launch of an (m, k) x (n, k) product, or None (``product``)."""
+    return SPLIT_PRODUCTS.get(_small_shape(m, n, k))
 
 
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
@@ -219,19 +244,20 @@ def launch_rope_store(
 ):
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
-    rows, length, width = raw.shape
+    rows, length, width = raw.shape[-3:]
+    splits = raw.shape[0] if raw.dim() == 4 else 1  # fp32 partial sums over spans of the depth
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
     group = group or rope_group(rows * length, heads, kv_heads)
     if heads % group or kv_heads % group:
         raise ValueError(f"{group} heads a program do not divide {heads} query and {kv_heads} KV heads")
-    raw = raw.reshape(rows * length, width)
-    q = torch.empty((rows, length, heads, dim), dtype=raw.dtype, device=raw.device)
+    raw = raw.reshape(splits, rows * length, width) if splits > 1 else raw.reshape(rows * length, width)
+    q = torch.empty((rows, length, heads, dim), dtype=keys.dtype, device=raw.device)
     kernels.rope_store[(rows * length, (qk_heads + kv_heads) // group)](
-        raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
-        cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps,
-        HEADS=heads, KV_HEADS=kv_heads, D=dim, GROUP=group, num_warps=1 if group == 1 else 4,
-        **launch_options(raw.device),
+        raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(-2),
+        raw.stride(0) if splits > 1 else 0, cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0),
+        values.stride(1), eps, HEADS=heads, KV_HEADS=kv_heads, D=dim, GROUP=group, SPLITS=splits,
+        num_warps=1 if group == 1 else 4, **launch_options(raw.device),
     )  # fmt: skip
     return q
 
@@ -280,18 +306,19 @@ def _(x):
 
 @torch.library.custom_op("wamdiff2::fp8_silu_mul_quant", mutates_args=())
 def silu_mul_quant(
-    raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor
+    raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor, dtype: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The raw gate/up product (M, 2 I) times its scales -> SiLU(gate) * up (M, I) in e4m3, (M, 1) scales."""
+    """The raw gate/up product (M, 2 I) times its scales -> SiLU(gate) * up (M, I) in e4m3, (M, 1) scales.
+    ``raw`` may be its fp32 partial sums (S, M, 2 I) (``split_product``), summed and rounded to ``dtype``."""
     if raw.device.type != "cuda":
-        return reference_silu_mul_quant(raw, row_scale, col_scale)
-    return launch_silu_mul_quant(raw, row_scale, col_scale)
+        return reference_silu_mul_quant(raw, row_scale, col_scale, dtype)
+    return launch_silu_mul_quant(raw, row_scale, col_scale, dtype=dtype)
 
 
 @silu_mul_quant.register_fake
-def _(raw, row_scale, col_scale):
-    shape = (raw.shape[0], raw.shape[1] // 2)
-    return raw.new_empty(shape, dtype=FP8), raw.new_empty((raw.shape[0], 1), dtype=torch.float32)
+def _(raw, row_scale, col_scale, dtype=None):
+    shape = (raw.shape[-2], raw.shape[-1] // 2)
+    return raw.new_empty(shape, dtype=FP8), raw.new_empty((raw.shape[-2], 1), dtype=torch.float32)
 
 
 @torch.library.custom_op("wamdiff2::fp8_rope_store", mutates_args=("keys", "values"))
@@ -308,8 +335,9 @@ def rope_store(
     heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """The raw q/k/v product (K, n, (Hq + 2 Hkv) D) times its scales -> queries (K, n, Hq, D); k and v go
-    to ``keys``/``values`` (K, slots, Hkv, D) at ``slots`` (n,) (``lean_layers.queries_and_store``)."""
+    """The raw q/k/v product (K, n, (Hq + 2 Hkv) D), or its fp32 partial sums (S, K, n, (Hq + 2 Hkv) D)
+    (``split_product``), times its scales -> queries (K, n, Hq, D); k and v go to ``keys``/``values`` (K,
+    slots, Hkv, D) at ``slots`` (n,) (``lean_layers.queries_and_store``)."""
     if raw.device.type != "cuda":
         queries = reference_rope_store(
             raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
@@ -320,7 +348,7 @@ def rope_store(
 
 @rope_store.register_fake
 def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
-    return raw.new_empty((raw.shape[0], raw.shape[1], heads, qk_norm.shape[1]))
+    return keys.new_empty((raw.shape[-3], raw.shape[-2], heads, qk_norm.shape[1]))
 
 
 def _unit_scaled(x8: torch.Tensor, data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -366,11 +394,11 @@ def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Te
     return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
 
 
-def residual_product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
-    """``product`` of a weight whose output goes to the residual (out, down), or its fp32 partial sums over
-    spans of the depth (splits, m, n) where ``SPLIT_RESIDUAL`` has a launch (with ``SPLIT_RESIDUAL_ON_CUDA``):
-    the next ``add_norm_quant`` or ``settle`` adds them."""
-    if SPLIT_RESIDUAL_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
+def split_product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
+    """``product``, or its fp32 partial sums over spans of the depth (splits, m, n) where ``SPLIT_PRODUCTS``
+    has a launch (with ``SPLIT_ON_CUDA``): the kernel that reads the product adds them (``add_norm_quant``,
+    ``rope_store``, ``silu_mul_quant``; ``settle``)."""
+    if SPLIT_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
         launch = split_launch(x8.shape[0], *weight.data.shape)
         if launch is not None:
             return swap_product(x8, weight.data, *launch)
@@ -386,7 +414,8 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
         h8, h_scale = quant_rows(F.rms_norm(flat, (hidden,), input_norm, eps))
     else:
         flat, h8, h_scale = add_norm_quant(flat, *pending, input_norm, eps)
-    raw = product(h8, qkv, x.dtype).view(rows, length, -1)
+    raw = split_product(h8, qkv, x.dtype)
+    raw = raw.view(*raw.shape[:-2], rows, length, -1)  # (rows, n, width), or (splits, rows, n, width)
     q = rope_store(raw, h_scale, qkv.scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
     return flat.view(rows, length, hidden), q
 
@@ -402,18 +431,18 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
         a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden),
-        residual_product(a8, out, x.dtype),
+        split_product(a8, out, x.dtype),
         a_scale,
         out.scale,
         post_norm,
         eps,
     )
-    m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
-    return flat.view(rows, length, hidden), (residual_product(m8, down, x.dtype), m_scale, down.scale)
+    m8, m_scale = silu_mul_quant(split_product(h8, gate_up, x.dtype), h_scale, gate_up.scale, x.dtype)
+    return flat.view(rows, length, hidden), (split_product(m8, down, x.dtype), m_scale, down.scale)
 
 
 def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:
-    """``x`` with the pending product added (a raw product, or its partial sums: ``residual_product``)."""
+    """``x`` with the pending product added (a raw product, or its partial sums: ``split_product``)."""
     raw, row_scale, col_scale = pending
     if raw.dim() == 3:
         raw = raw.sum(0).to(x.dtype)
