@@ -520,7 +520,21 @@ def test_a_split_product_at_the_2b_shapes_adds_up_to_the_product(rows, shape):
     partials = fused.swap_product(x8, weight.data, *fused.split_launch(rows, n, depth))
     raw = fused.product(x8, weight, torch.bfloat16)
     assert _relative_error(partials.sum(0), raw) < 1e-2
-    if n == 12288:  # gate/up: read by silu_mul_quant
+    if n == 4096:  # q/k/v: read by rope_store (16 query and 8 KV heads of 128, as the 2b layer's)
+        from wamdiff2_ros.decoding.lean_layers import rope_angles
+
+        qk_norm = (torch.randn(24, 128, device="cuda", generator=generator) * 0.1 + 1).bfloat16()
+        slots = torch.arange(100, 100 + rows, device="cuda")
+        cos, sin = rope_angles(
+            slots, 1.0 / 1e6 ** (torch.arange(0, 128, 2, device="cuda") / 128), torch.bfloat16
+        )
+        caches = [torch.zeros(1, rows + 200, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        inputs = (x_scale, weight.scale, qk_norm, cos, sin)
+        got = fused.rope_store(partials.view(-1, 1, rows, n), *inputs, *caches[:2], slots, 16, 1e-6)
+        expected = fused.rope_store(raw.view(1, rows, n), *inputs, *caches[2:], slots, 16, 1e-6)
+        for fast, twin in ((got, expected), (caches[0], caches[2]), (caches[1], caches[3])):
+            assert _relative_error(fast, twin) < 1e-2
+    elif n == 12288:  # gate/up: read by silu_mul_quant
         (got, got_scale), (expected, scale) = (
             fused.silu_mul_quant(partials, x_scale, weight.scale, torch.bfloat16),
             fused.silu_mul_quant(raw, x_scale, weight.scale),

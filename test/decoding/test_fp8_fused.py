@@ -13,6 +13,7 @@ from interpreted import run_interpreted
 from wamdiff2_ros.decoding import fp8_fused
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fp8 import quantize_weight
+from wamdiff2_ros.decoding.lean_layers import rope_angles
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.tokenizer import MASK_ID
@@ -201,6 +202,30 @@ def test_the_fused_fp8_forward_reads_every_product_split_as_the_product(
     assert len(set(products)) == 4  # q/k/v, out, gate/up, down
     assert (got_keys - expected_keys).abs().max() <= 1e-5 * expected_keys.abs().max()  # sums reordered
     assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+
+
+def test_the_readers_round_the_sum_of_partial_sums_to_the_activations_dtype():
+    # In bf16, as on the GPU (the interpreter and the tiny model run in fp32, where no rounding shows): the
+    # partial sums read as their sum rounded to bf16, exactly.
+    generator = torch.Generator().manual_seed(5)
+    rows, length, heads, kv_heads, dim = 1, 3, 2, 1, 16
+    parts = torch.randn(2, rows, length, (heads + 2 * kv_heads) * dim, generator=generator) * 20
+    summed = parts.sum(0).bfloat16()
+    row_scale = torch.rand(rows * length, 1, generator=generator) * 0.1
+    col_scale = torch.rand(1, parts.shape[-1], generator=generator) * 0.1
+    qk_norm = (torch.rand(heads + kv_heads, dim, generator=generator) + 0.5).bfloat16()
+    slots = torch.arange(length)
+    cos, sin = rope_angles(slots + 3, torch.rand(dim // 2, generator=generator), torch.bfloat16)
+    caches = [torch.zeros(rows, 8, kv_heads, dim, dtype=torch.bfloat16) for _ in range(4)]
+    inputs = (row_scale, col_scale, qk_norm, cos, sin)
+    got = fp8_fused.rope_store(parts, *inputs, *caches[:2], slots, heads, 1e-6)
+    expected = fp8_fused.rope_store(summed, *inputs, *caches[2:], slots, heads, 1e-6)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected) and torch.equal(caches[0], caches[2])
+    gate_up = parts.view(2, rows * length, -1)
+    scales = (row_scale, torch.rand(1, gate_up.shape[-1], generator=generator) * 0.1)
+    got = fp8_fused.silu_mul_quant(gate_up, *scales, torch.bfloat16)
+    expected = fp8_fused.silu_mul_quant(gate_up.sum(0).bfloat16(), *scales)
+    assert all(torch.equal(a.float(), b.float()) for a, b in zip(got, expected, strict=True))
 
 
 def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_off_cuda(monkeypatch):

@@ -797,9 +797,9 @@ def swap_ab() -> dict[str, dict[str, object]]:
 def split_products() -> dict[str, dict[str, object]]:
     """The 2b layer's four products split over their depth (``fp8_fused.SPLIT_PRODUCTS``'s kernel) at 32
     and 128 rows (K = 1 and the node's K = 4) against today's path (``product``: swap-AB or
-    ``_scaled_mm``), us per call of 20 in a graph, each call on another of 8 weight copies (the weights come
-    from HBM, as in the forward, not from L2); the fastest launch's error against ``_scaled_mm`` on one
-    copy."""
+    ``_scaled_mm``), us per call of 20 in a graph, each call on another of the weight's copies (100 MB or
+    more of them: the weights come from HBM, as in the forward, not from L2); the fastest launch's error
+    against ``_scaled_mm`` on one copy."""
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
@@ -807,19 +807,21 @@ def split_products() -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
     for name in ("qkv", "out", "gate_up", "down"):
         n_out, depth = SHAPES[name]
-        weights = [torch.randn(n_out, depth, device=DEVICE).bfloat16() * 0.02 for _ in range(8)]
-        copies = [quantize_weight(weight) for weight in weights]
+        count = max(8, -(-100_000_000 // (n_out * depth)))  # >= 100 MB of e4m3 weights: twice the L2
+        copies = [
+            quantize_weight(torch.randn(n_out, depth, device=DEVICE).bfloat16() * 0.02) for _ in range(count)
+        ]
         for rows in (32, 128):
             x8, _ = quantize_rows(torch.randn(rows, depth, device=DEVICE).bfloat16())
             turn = iter(range(10**9))
 
             def today(x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies) -> torch.Tensor:
-                return fused.product(x8, copies[next(turn) % 8], torch.bfloat16)
+                return fused.product(x8, copies[next(turn) % len(copies)], torch.bfloat16)
 
             def split(
                 launch: tuple[int, ...], x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies
             ):
-                data = copies[next(turn) % 8].data
+                data = copies[next(turn) % len(copies)].data
                 return fused.launch_swap_product(x8, data, launch[:4], torch.bfloat16, launch[4])
 
             launches = {  # 8 warps for 128 weight rows a program; 4 stages and other warps left for later

@@ -63,8 +63,10 @@ def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor)
 
 def product_output(raw: torch.Tensor, dims: int, dtype: torch.dtype | None) -> torch.Tensor:
     """A product's output (``dims`` dimensions), or the sum of its fp32 partial sums over spans of its depth
-    (one dimension more, first: ``split_product``) rounded to ``dtype`` (the kernels' ``product_output``)."""
-    return raw.sum(0).to(dtype) if raw.dim() == dims + 1 else raw
+    (one dimension more, first: ``split_product``), rounded to ``dtype`` where given (the kernels'
+    ``product_output``, which round to the dtype of what they write)."""
+    raw = raw.sum(0) if raw.dim() == dims + 1 else raw
+    return raw if dtype is None else raw.to(dtype)
 
 
 # The twins: torch ops rounding where the kernels round (and where the unfused forward rounds).
