@@ -18,18 +18,19 @@ grammar: a step's planning-grammar work (allowed + the repair's feasibility) thr
 through the Triton kernel. fused_fp8: the fused W8A8
 layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-scaled FP8 products.
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
-scales), with its error. swap_ab: FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) and
-the MLP as two kernels, against ``_scaled_mm`` and the fused layer's three. vision_fp8: the 1080p tower's
+scales), with its error. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
 2b FP8 forward with the swap-AB products, the split products and PDL off and on (kernel time, and
-interleaved back-to-back wall time). split_products: the four products split over their depth, their
-launches swept against today's path, weights from HBM. Each number is the median of 15 graph replays
-of 20 (gemm, w8a16, fused_fp8, swap_ab, split_products), 24 (vision_attention) or 28 (attention,
+interleaved back-to-back wall time). split_products: the four products through the swap-AB kernel,
+whole or split over their depth, its launches swept against today's path, weights from HBM (the
+thirty-ninth session's `swap_ab` part and tools/probes/swap_ab.py, with the weights in L2, are in git
+history: 5224ae3). Each number is the median of 15 graph replays
+of 20 (gemm, w8a16, fused_fp8, split_products), 24 (vision_attention) or 28 (attention,
 split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-swap_ab,vision_fp8,swap_ab_forward,split_products] (the parts to run; default the first three).
+vision_fp8,swap_ab_forward,split_products] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -41,7 +42,6 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,8 +57,6 @@ SHAPES = {
     "head": (151936, 2048),
 }
 LAYERS, QUERY_HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, QUERIES = 28, 16, 8, 128, 2304, 32
-# swap_ab's launches: weight rows a program, K a step, warps, stages
-SWAP_AB_LAUNCHES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 3), (128, 256, 4, 3), (64, 128, 4, 6)]
 
 
 def graph_ms(calls: Callable[[], None]) -> float:
@@ -643,77 +641,6 @@ def _fastest(calls: dict[str, Callable[[], object]]) -> tuple[str, float]:
     return best, timed[best]
 
 
-def _swap_ab_product(probe: Any, x8: torch.Tensor, xs: torch.Tensor, n: int, k: int) -> dict[str, object]:
-    one = torch.ones((), device=DEVICE)
-    w8, ws = probe.quantize(torch.randn(n, k, device=DEVICE) * 0.02)
-    a8 = x8[:, :k].contiguous()
-
-    def scaled_mm() -> torch.Tensor:
-        return torch._scaled_mm(a8, w8.t(), one, one, out_dtype=torch.bfloat16)
-
-    launches = {f"{n}x{k} w{w} s{s}": (n, k, w, s) for n, k, w, s in SWAP_AB_LAUNCHES}
-    best, us = _fastest({name: partial(probe.gemm, a8, xs, w8, ws, *c) for name, c in launches.items()})
-    error = probe.relative(probe.gemm(a8, xs, w8, ws, *launches[best]), probe.twin_gemm(a8, xs, w8, ws))
-    cublas = graph_ms(repeated(scaled_mm, 20)) / 20 * 1000
-    return {"scaled_mm_us": cublas, "swap_ab_us": us, "launch": best, "error": error}
-
-
-def _swap_ab_mlp(probe: Any, x8: torch.Tensor, xs: torch.Tensor) -> dict[str, object]:
-    from wamdiff2_ros.decoding import fp8_fused as fused
-
-    one = torch.ones((), device=DEVICE)
-    h8 = x8[:, :2048].contiguous()
-    gu8, gus = probe.quantize(torch.randn(12288, 2048, device=DEVICE) * 0.02)
-    d8, ds = probe.quantize(torch.randn(2048, 6144, device=DEVICE) * 0.02)
-    reference = probe.twin_mlp(h8, xs, gu8, gus, d8, ds)
-    gate_up, down = fused.Fp8Weight(gu8, gus[None, :], one), fused.Fp8Weight(d8, ds[None, :], one)
-
-    def three() -> tuple[torch.Tensor, ...]:
-        # the down product's scales are applied by the next layer's norm kernel, which stays
-        raw = fused.product(h8, gate_up, torch.bfloat16)
-        m8, ms = fused.silu_mul_quant(raw, xs[:, None], gus[None, :])
-        return fused.product(m8, down, torch.bfloat16), ms, ds[None, :]
-
-    def two(group: int, block_k: int, stages: int, down_rows: int) -> torch.Tensor:
-        q8, qs = probe.gate_up_silu(h8, xs, gu8, gus, group, block_k, 4, stages)
-        return probe.down_grouped(q8, qs, d8, ds, down_rows)
-
-    launches = {
-        f"g{g} k{k} s{s} down{d}": (g, k, s, d)
-        for g in (64, 128)
-        for k in (128, 256)
-        for s in (3, 4)
-        for d in (64, 128)
-    }
-    best, us = _fastest({name: partial(two, *c) for name, c in launches.items()})
-    zeros = torch.zeros(h8.shape[0], 2048, device=DEVICE, dtype=torch.bfloat16)
-    raw = fused.product(h8, gate_up, torch.bfloat16)
-    m8, _ = fused.silu_mul_quant(raw, xs[:, None], gus[None, :])
-    group, block_k, stages, _ = launches[best]
-    q8, qs = probe.gate_up_silu(h8, xs, gu8, gus, group, block_k, 4, stages)
-    one_by_one = {
-        "product gate_up": lambda: fused.product(h8, gate_up, torch.bfloat16),
-        "silu_mul_quant": lambda: fused.silu_mul_quant(raw, xs[:, None], gus[None, :]),
-        "product down": lambda: fused.product(m8, down, torch.bfloat16),
-        **{
-            f"gate_up_silu g{g} k{k} s{s}": partial(probe.gate_up_silu, h8, xs, gu8, gus, g, k, 4, s)
-            for g in (64, 128)
-            for k in (64, 128, 256)
-            for s in (2, 3, 4)
-        },
-        **{f"down_grouped down{d}": partial(probe.down_grouped, q8, qs, d8, ds, d) for d in (64, 128)},
-    }
-    kernels = _timed(one_by_one)
-    return {
-        "three kernels_us": graph_ms(repeated(three, 20)) / 20 * 1000,
-        "three kernels' error": probe.relative(fused.settle(zeros, three()), reference),
-        "two kernels_us": us,
-        "launch": best,
-        "two kernels' error": probe.relative(two(*launches[best]), reference),
-        "kernels_us": kernels,
-    }
-
-
 def vision_fp8() -> dict[str, dict[str, float]]:
     """The 1080p vision tower's four products (7,920 patch rows, the 2b tower's widths), us per call (20 in a
     graph): bf16 ``F.linear`` with bias, FP8 operands already made (unit-scaled and row-wise-scaled
@@ -774,32 +701,12 @@ def vision_fp8() -> dict[str, dict[str, float]]:
     return results
 
 
-def swap_ab() -> dict[str, dict[str, object]]:
-    """FP8 products as swap-AB Triton kernels (tools/probes/swap_ab.py) against the unit-scaled
-    ``_scaled_mm`` the fused layers use, us per call (20 in a graph), the fastest of a few launches each;
-    and the MLP as two kernels (SiLU and a per-group quantisation in the gate/up epilogue) against the fused
-    layer's three (two products and ``silu_mul_quant``)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import swap_ab as probe
-
-    results: dict[str, dict[str, object]] = {}
-    for rows in (32, 64, 128):  # 128: K = 4 rows of a 32-token block (the node's)
-        x8, xs = probe.quantize(torch.randn(rows, 6144, device=DEVICE))
-        for name, (n, k) in SHAPES.items():
-            if name != "head":
-                results[f"M{rows} {name}"] = _swap_ab_product(probe, x8, xs, n, k)
-                print(rows, name, results[f"M{rows} {name}"], flush=True)
-        results[f"M{rows} mlp"] = _swap_ab_mlp(probe, x8, xs)
-        print(rows, "mlp", results[f"M{rows} mlp"], flush=True)
-    return results
-
-
 def split_products() -> dict[str, dict[str, object]]:
-    """The 2b layer's four products split over their depth (``fp8_fused.SPLIT_PRODUCTS``'s kernel) at 32
-    and 128 rows (K = 1 and the node's K = 4) against today's path (``product``: swap-AB or
-    ``_scaled_mm``), us per call of 20 in a graph, each call on another of the weight's copies (100 MB or
-    more of them: the weights come from HBM, as in the forward, not from L2); the fastest launch's error
-    against ``_scaled_mm`` on one copy."""
+    """The 2b layer's four products through the swap-AB kernel, whole (``SWAP_AB``'s launches) or split
+    over their depth (``SPLIT_PRODUCTS``'), at 32 and 128 rows (K = 1 and the node's K = 4) against today's
+    path (``product``: swap-AB or ``_scaled_mm``), us per call of 20 in a graph, each call on another of
+    the weight's copies (100 MB or more of them: the weights come from HBM, as in the forward, not from
+    L2); the fastest launch's error against ``_scaled_mm`` on one copy."""
     from wamdiff2_ros.decoding import fp8_fused as fused
     from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
 
@@ -826,7 +733,7 @@ def split_products() -> dict[str, dict[str, object]]:
 
             launches = {  # 8 warps for 128 weight rows a program; 4 stages and other warps left for later
                 f"n{n} k{k} splits{p}": (n, k, 4 if n == 64 else 8, 3, p)
-                for n in (64, 128) for k in (64, 128, 256) for p in (2, 4, 8, 16)
+                for n in (64, 128) for k in (64, 128, 256) for p in (1, 2, 4, 8, 16)
                 if depth % (p * k) == 0 and n_out % n == 0
             }  # fmt: skip
             timed = _timed({label: partial(split, launch) for label, launch in launches.items()})
@@ -835,11 +742,14 @@ def split_products() -> dict[str, dict[str, object]]:
                 continue
             best = launches[min(timed, key=timed.get)]
             data = copies[0].data
-            reference = torch._scaled_mm(x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-            got = fused.launch_swap_product(x8, data, best[:4], torch.bfloat16, best[4]).sum(0)
+            reference = torch._scaled_mm(
+                x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+            ).float()
+            got = fused.launch_swap_product(x8, data, best[:4], torch.bfloat16, best[4])
+            got = got.sum(0) if got.dim() == 3 else got.float()
             results[f"{name} M{rows}"] = {
                 "today_us": graph_ms(repeated(today, 20)) / 20 * 1000,
-                "split_us": min(timed.values()),
+                "best_us": min(timed.values()),
                 "launch": best,
                 "table_launch": fused.split_launch(rows, n_out, depth),
                 "error": ((got - reference).norm() / reference.norm()).item(),
@@ -933,7 +843,6 @@ if __name__ == "__main__":
         "merge_quant": merge_quant,
         "grammar": grammar,
         "vision_attention": vision_attention,
-        "swap_ab": swap_ab,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
         "split_products": split_products,

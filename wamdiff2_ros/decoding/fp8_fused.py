@@ -144,9 +144,10 @@ def launch_silu_mul_quant(
 
 
 # The swap-AB product's launches (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages): the H100 probe's
-# fastest where they beat the unit-scaled _scaled_mm (tools/probes/gpu_kernels.py swap_ab, docs/BENCHMARKS.md:
+# fastest where they beat the unit-scaled _scaled_mm (the thirty-ninth session's probe, docs/BENCHMARKS.md:
 # q/k/v 4.07 against 4.45 us at 32 rows, out 3.85 against 4.26, gate/up 6.35 against 7.48 and 7.09 against
-# 8.14 at 64; down and the 64-row q/k/v and out were level or slower).
+# 8.14 at 64; down and the 64-row q/k/v and out were level or slower, with the weights in L2; the next sweep
+# is tools/probes/gpu_kernels.py split_products, from HBM).
 SWAP_AB = {
     (32, 4096, 2048): (64, 256, 4, 3),
     (32, 2048, 2048): (64, 256, 4, 3),
