@@ -25,6 +25,7 @@ def test_measure_plan_times_every_stage_of_a_warm_planner(tiny_model, tokenizer)
     row = measure_plan(Planner(loaded, config), (96, 128), count=3)
     assert row["frames"] == 3 and row["parsed"] == "6/6"  # the grammar: every answer parses
     assert row["builds_added"] == 0 and row["captures_added"] == 0  # the warm-up built what the frames use
+    assert row["graphs_compiled_added"] == 0 and row["graphs_compiled_warmup"] >= 0
     for stage in STAGES:
         assert 0.0 <= row[stage]["p50_ms"] <= row[stage]["p99_ms"]
     assert row["total"]["p50_ms"] >= row["decode"]["p50_ms"] > 0.0

@@ -43,11 +43,15 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
 
     Returns:
         ``warmup_s``; ``total`` and one entry per stage with ``p50_ms``/``p99_ms``; ``parsed`` (answers that
-        parsed, of all); ``forwards_p50``; ``builds_added``/``captures_added`` during the timed frames; the
+        parsed, of all); ``forwards_p50``; ``builds_added``/``captures_added`` during the timed frames;
+        ``graphs_compiled_warmup``/``graphs_compiled_added``: the graphs torch.compile made during the
+        warm-up and during the timed frames (the process's count: a later row reuses an earlier row's); the
         GPU's peak allocated memory (GiB) when on CUDA.
     """
     device = planner.loaded.model.device
+    graphs = _compiled_graphs()
     warmup_s = planner.warm_up(image_hw)
+    graphs_warm = _compiled_graphs()
     fast = planner.fast
     builds, captures = (fast.builds, fast.captures) if fast is not None else (0, 0)
     if device.type == "cuda":
@@ -71,15 +75,25 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
         "forwards_p50": float(np.median(forwards)),
         "builds_added": (fast.builds - builds) if fast is not None else 0,
         "captures_added": (fast.captures - captures) if fast is not None else 0,
+        "graphs_compiled_warmup": graphs_warm - graphs,
+        "graphs_compiled_added": _compiled_graphs() - graphs_warm,
     }
     if device.type == "cuda":
         row["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return row
 
 
+def _compiled_graphs() -> int:
+    # Dynamo's count of the graphs it has compiled in this process (one per specialisation: a compiled
+    # piece that guards on a value it should not, e.g. the prompt's length, shows here as more graphs)
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
     """A table: one row per setting, p50 (p99) of the total and p50 of each stage, in ms."""
-    header = ["row", "total p50", "p99", *STAGES, "parsed", "forwards", "warm-up s", "captures+"]
+    header = ["row", "total p50", "p99", *STAGES, "parsed", "forwards", "warm-up s", "captures+", "graphs"]
     lines = [" | ".join(header), " | ".join("---" for _ in header)]
     for row in rows:
         cells = [row["name"], f"{row['total']['p50_ms']:.1f}", f"{row['total']['p99_ms']:.1f}"]
@@ -89,6 +103,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             f"{row['forwards_p50']:.0f}",
             f"{row['warmup_s']:.1f}",
             str(row["captures_added"]),
+            f"{row['graphs_compiled_warmup']}+{row['graphs_compiled_added']}",
         ]
         lines.append(" | ".join(cells))
     return "\n".join(lines)
