@@ -37,8 +37,8 @@ from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
 from wamdiff2_ros.decoding.lean_layers import queries_and_store, rope_angles
 from wamdiff2_ros.decoding.pdl import launch_options
 
-# a raw product (M, N) or its fp32 partial sums over spans of its depth (S, M, N), its (M, 1) and (1, N)
-# scales
+# A raw product (M, N), or its fp32 partial sums over spans of its depth (S, M, N); its (M, 1) and (1, N)
+# scales.
 Pending = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -191,8 +191,8 @@ def launch_swap_product(
         raise ValueError(
             f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch} in {splits} splits"
         )
-    out = torch.empty((splits, m, n) if splits > 1 else (m, n), dtype=torch.float32 if splits > 1 else dtype,
-                      device=x8.device)  # fmt: skip
+    shape, out_dtype = ((splits, m, n), torch.float32) if splits > 1 else ((m, n), dtype)
+    out = torch.empty(shape, dtype=out_dtype, device=x8.device)
     tokens = max(16, 1 << max(m - 1, 1).bit_length())
     kernels.swap_product[(n // block_n, splits)](
         data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=splits > 1,
