@@ -35,10 +35,15 @@ def prefetch_rows(w_ptr, rows, stride, first, size, PDL: tl.constexpr):
 def product_output(raw_ptr, offsets, mask, stride_split, SPLITS: tl.constexpr, dtype: tl.constexpr):
     # A product's output at `offsets`, in fp32 holding a dtype value: the product as stored, or the sum of
     # its SPLITS fp32 partial sums over spans of its depth (swap_product's SPLIT), rounded as the product's
-    # own output would be.
-    raw = tl.load(raw_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    for split in tl.static_range(1, SPLITS):
-        raw += tl.load(raw_ptr + split * stride_split + offsets, mask=mask, other=0.0)
+    # own output would be. mask None: every offset is inside (the loads stay unpredicated).
+    if mask is None:
+        raw = tl.load(raw_ptr + offsets).to(tl.float32)
+        for split in tl.static_range(1, SPLITS):
+            raw += tl.load(raw_ptr + split * stride_split + offsets)
+    else:
+        raw = tl.load(raw_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        for split in tl.static_range(1, SPLITS):
+            raw += tl.load(raw_ptr + split * stride_split + offsets, mask=mask, other=0.0)
     return raw.to(dtype).to(tl.float32)
 
 
@@ -148,9 +153,8 @@ def rope_store(
     dtype = q_ptr.dtype.element_ty
     base = m * stride_raw + heads * D
     row_scale = tl.load(row_scale_ptr + m)
-    everywhere = dims < half
-    first = product_output(raw_ptr, base + dims, everywhere, stride_split, SPLITS, dtype)
-    second = product_output(raw_ptr, base + half + dims, everywhere, stride_split, SPLITS, dtype)
+    first = product_output(raw_ptr, base + dims, None, stride_split, SPLITS, dtype)
+    second = product_output(raw_ptr, base + half + dims, None, stride_split, SPLITS, dtype)
     first = first * row_scale * tl.load(col_scale_ptr + heads * D + dims)
     second = second * row_scale * tl.load(col_scale_ptr + heads * D + half + dims)
     first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
