@@ -142,11 +142,11 @@ def test_bench_kernels_turns_the_fast_paths_switches(monkeypatch):
     from wamdiff2_ros.decoding import fp8_fused, pdl
     from wamdiff2_ros.errors import InputError
 
-    monkeypatch.setattr(fp8_fused, "SPLIT_ON_CUDA", False)  # restored after the test
-    monkeypatch.setattr(pdl, "PDL_ON_CUDA", False)
-    switches = set_kernel_switches(["split=1", "pdl=1"])
-    assert fp8_fused.SPLIT_ON_CUDA and pdl.PDL_ON_CUDA
-    assert switches["split"] and switches["pdl"] and switches["swap_ab"] == fp8_fused.SWAP_AB_ON_CUDA
+    monkeypatch.setattr(fp8_fused, "SWAP_AB_ON_CUDA", True)  # restored after the test
+    monkeypatch.setattr(pdl, "PDL_ON_CUDA", True)
+    switches = set_kernel_switches(["swap_ab=0", "pdl=0"])
+    assert not fp8_fused.SWAP_AB_ON_CUDA and not pdl.PDL_ON_CUDA
+    assert switches == {"swap_ab": False, "pdl": False}
     for wrong in ("unknown=1", "pdl=yes"):
         with pytest.raises(InputError):
             set_kernel_switches([wrong])

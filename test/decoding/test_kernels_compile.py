@@ -23,7 +23,7 @@ H200 = GPUTarget("cuda", 90, 32)
 # allocations) and these integer arguments, multiples of 16 wherever the kernels are launched. Without them
 # the loads are not vectorised (the swap-AB product loaded its tiles a byte at a time and spilled ~1 KB).
 MULTIPLES_OF_16 = {
-    "k", "n", "width", "stride_x", "stride_raw", "stride_split", "stride_angle", "stride_k_row",
+    "k", "n", "width", "stride_x", "stride_raw", "stride_angle", "stride_k_row",
     "stride_k_slot", "stride_v_row", "stride_v_slot",
 }  # fmt: skip
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -31,18 +31,18 @@ PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 ROPE = {
     "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32", "norm_ptr": "*bf16",
     "cos_ptr": "*bf16", "sin_ptr": "*bf16", "slots_ptr": "*i64", "q_ptr": "*bf16", "k_ptr": "*bf16",
-    "v_ptr": "*bf16", "length": "i32", "stride_raw": "i32", "stride_split": "i32", "stride_angle": "i32",
+    "v_ptr": "*bf16", "length": "i32", "stride_raw": "i32", "stride_angle": "i32",
     "stride_k_row": "i32", "stride_k_slot": "i32", "stride_v_row": "i32", "stride_v_slot": "i32",
     "eps": "fp32",
 }  # fmt: skip
 SILU = {
     "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32", "act_ptr": "*bf16",
-    "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32", "stride_raw": "i32", "stride_split": "i32",
+    "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32", "stride_raw": "i32",
 }  # fmt: skip
 ROWS = {
     "x_ptr": "*bf16", "raw_ptr": "*bf16", "row_scale_ptr": "*fp32", "col_scale_ptr": "*fp32",
     "weight_ptr": "*bf16", "x_out_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "width": "i32",
-    "stride_x": "i32", "stride_raw": "i32", "stride_split": "i32", "eps": "fp32",
+    "stride_x": "i32", "stride_raw": "i32", "eps": "fp32",
 }  # fmt: skip
 SWAP_PRODUCT = {
     "w_ptr": "*fp8e4nv",
@@ -87,14 +87,7 @@ def _kernels():
         "rows: add + norm + quant": (
             fp8_fused_kernels.rows,
             ROWS,
-            {"ADD": True, "NORM": True, "BLOCK": 2048, "SPLITS": 1},
-            4,
-            0,
-        ),
-        "rows: add of 4 partial sums + norm + quant": (
-            fp8_fused_kernels.rows,
-            {**ROWS, "raw_ptr": "*fp32"},
-            {"ADD": True, "NORM": True, "BLOCK": 2048, "SPLITS": 4},
+            {"ADD": True, "NORM": True, "BLOCK": 2048},
             4,
             0,
         ),
@@ -102,7 +95,7 @@ def _kernels():
             f"swap_product {n}x{k}, {warps} warps": (
                 fp8_fused_kernels.swap_product,
                 SWAP_PRODUCT,
-                {"TOKENS": 32, "BLOCK_N": n, "BLOCK_K": k, "SPLIT": False},
+                {"TOKENS": 32, "BLOCK_N": n, "BLOCK_K": k},
                 warps,
                 0,
             )
@@ -111,24 +104,7 @@ def _kernels():
         "swap_product 64x256, launched with PDL": (
             fp8_fused_kernels.swap_product,
             SWAP_PRODUCT,
-            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": False, "PDL": True},
-            4,
-            0,
-        ),
-        **{
-            f"swap_product {n}x{k} for {tile} rows of {depth}, {warps} warps, {splits} splits (fp32)": (
-                fp8_fused_kernels.swap_product,
-                {**SWAP_PRODUCT, "out_ptr": "*fp32"},
-                {"TOKENS": 1 << max(tile - 1, 1).bit_length(), "BLOCK_N": n, "BLOCK_K": k, "SPLIT": True},
-                warps,
-                0,
-            )
-            for (tile, _, depth), (n, k, warps, _, splits) in fp8_fused.SPLIT_PRODUCTS.items()
-        },
-        "swap_product 64x128 split, launched with PDL": (
-            fp8_fused_kernels.swap_product,
-            {**SWAP_PRODUCT, "out_ptr": "*fp32"},
-            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": True, "PDL": True},
+            {"TOKENS": 32, "BLOCK_N": 64, "BLOCK_K": 256, "PDL": True},
             4,
             0,
         ),
@@ -148,24 +124,10 @@ def _kernels():
         ),
         "split-keys merge": (merge, MERGE, {**heads, "CHUNKS": 16}, 4, 0),
         "split-keys merge, launched with PDL": (merge, MERGE, {**heads, "CHUNKS": 16, "PDL": True}, 4, 0),
-        "rope_store, a head a program": (rope_store, ROPE, {**two_b, "GROUP": 1, "SPLITS": 1}, 1, 0),
-        "rope_store, 8 heads a program": (rope_store, ROPE, {**two_b, "GROUP": 8, "SPLITS": 1}, 4, 0),
-        "rope_store of 2 partial sums": (
-            rope_store,
-            {**ROPE, "raw_ptr": "*fp32"},
-            {**two_b, "GROUP": 1, "SPLITS": 2},
-            1,
-            0,
-        ),
-        "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048, "SPLITS": 1}, 16, 0),
-        "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048, "SPLITS": 1}, 8, 0),
-        "silu_mul of 2 partial sums": (
-            fp8_fused_kernels.silu_mul,
-            {**SILU, "raw_ptr": "*fp32"},
-            {"BLOCK": 2048, "SPLITS": 2},
-            16,
-            0,
-        ),
+        "rope_store, a head a program": (rope_store, ROPE, {**two_b, "GROUP": 1}, 1, 0),
+        "rope_store, 8 heads a program": (rope_store, ROPE, {**two_b, "GROUP": 8}, 4, 0),
+        "silu_mul, 16 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 16, 0),
+        "silu_mul, 8 warps": (fp8_fused_kernels.silu_mul, SILU, {"BLOCK": 2048}, 8, 0),
         "merge_quant": (merge_quant, MERGE_QUANT, {**heads, "CHUNKS": 16, "OUT_DTYPE": tl.bfloat16}, 8, 0),
         **{
             f"grammar block_sets {tile}, allowed={allowed}": (

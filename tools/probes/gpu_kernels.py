@@ -20,17 +20,15 @@ layer's kernels at M = 32..2,106 (SiLU's chunk and warps swept) and its unit-sca
 vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) and in FP8 (FA3, per-head
 scales), with its error. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
-2b FP8 forward with the swap-AB products, the split products and PDL off and on (kernel time, and
-interleaved back-to-back wall time). split_products: the four products through the swap-AB kernel,
-whole or split over their depth, its launches swept against today's path, weights from HBM (the
-thirty-ninth session's `swap_ab` part and tools/probes/swap_ab.py, with the weights in L2, are in git
-history: 5224ae3). Each number is the median of 15 graph replays
-of 20 (gemm, w8a16, fused_fp8, split_products), 24 (vision_attention) or 28 (attention,
-split_keys, shared_prefix) calls.
+2b FP8 forward with the swap-AB products and PDL off and on (kernel time, and interleaved back-to-back
+wall time). The swap-AB launch sweeps (the thirty-ninth session's with the weights in L2, the forty-second's
+`split_products` from HBM, whole and split over the depth) are in git history: 5224ae3 and e1306a9.
+Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
+(attention, split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-vision_fp8,swap_ab_forward,split_products] (the parts to run; default the first three).
+vision_fp8,swap_ab_forward] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -41,7 +39,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
@@ -701,65 +698,6 @@ def vision_fp8() -> dict[str, dict[str, float]]:
     return results
 
 
-def split_products() -> dict[str, dict[str, object]]:
-    """The 2b layer's four products through the swap-AB kernel, whole (``SWAP_AB``'s launches) or split
-    over their depth (``SPLIT_PRODUCTS``'), at 32 and 128 rows (K = 1 and the node's K = 4) against today's
-    path (``product``: swap-AB or ``_scaled_mm``), us per call of 20 in a graph, each call on another of
-    the weight's copies (100 MB or more of them: the weights come from HBM, as in the forward, not from
-    L2); the fastest launch's error against ``_scaled_mm`` on one copy."""
-    from wamdiff2_ros.decoding import fp8_fused as fused
-    from wamdiff2_ros.decoding.fp8 import quantize_rows, quantize_weight
-
-    one = torch.ones((), device=DEVICE)
-    results: dict[str, dict[str, object]] = {}
-    for name in ("qkv", "out", "gate_up", "down"):
-        n_out, depth = SHAPES[name]
-        count = max(8, -(-100_000_000 // (n_out * depth)))  # >= 100 MB of e4m3 weights: twice the L2
-        copies = [
-            quantize_weight(torch.randn(n_out, depth, device=DEVICE).bfloat16() * 0.02) for _ in range(count)
-        ]
-        for rows in (32, 128):
-            x8, _ = quantize_rows(torch.randn(rows, depth, device=DEVICE).bfloat16())
-            turn = iter(range(10**9))
-
-            def today(x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies) -> torch.Tensor:
-                return fused.product(x8, copies[next(turn) % len(copies)], torch.bfloat16)
-
-            def split(
-                launch: tuple[int, ...], x8: torch.Tensor = x8, turn: Any = turn, copies: list = copies
-            ):
-                data = copies[next(turn) % len(copies)].data
-                return fused.launch_swap_product(x8, data, launch[:4], torch.bfloat16, launch[4])
-
-            launches = {  # 8 warps for 128 weight rows a program; 4 stages and other warps left for later
-                f"n{n} k{k} splits{p}": (n, k, 4 if n == 64 else 8, 3, p)
-                for n in (64, 128) for k in (64, 128, 256) for p in (1, 2, 4, 8, 16)
-                if depth % (p * k) == 0 and n_out % n == 0
-            }  # fmt: skip
-            timed = _timed({label: partial(split, launch) for label, launch in launches.items()})
-            if not timed:
-                results[f"{name} M{rows}"] = {"error": "no launch ran"}
-                continue
-            best = launches[min(timed, key=timed.get)]
-            data = copies[0].data
-            reference = torch._scaled_mm(
-                x8, data.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
-            ).float()
-            got = fused.launch_swap_product(x8, data, best[:4], torch.bfloat16, best[4])
-            got = got.sum(0) if got.dim() == 3 else got.float()
-            results[f"{name} M{rows}"] = {
-                "today_us": graph_ms(repeated(today, 20)) / 20 * 1000,
-                "best_us": min(timed.values()),
-                "launch": best,
-                "table_launch": fused.split_launch(rows, n_out, depth),
-                "error": ((got - reference).norm() / reference.norm()).item(),
-                "sweep_us": timed,
-            }
-            shown = {key: value for key, value in results[f"{name} M{rows}"].items() if key != "sweep_us"}
-            print(name, rows, json.dumps(shown), flush=True)
-    return results
-
-
 def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
     """ms a call of ``replay`` called ``times`` times back to back (CUDA events around them all): the host's
     launch and the sync are hidden behind the device's work, unlike ``time_call``'s one call at a time."""
@@ -776,8 +714,8 @@ def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
 
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
-    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``), the split products
-    (``SPLIT_ON_CUDA``) and PDL (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
+    forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``) and PDL
+    (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
     (one profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
     rounds): the card's drift between variants (up to 14 % in the forty-first session's one-at-a-time
     timing) falls on all of them alike."""
@@ -797,15 +735,13 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
     )  # fmt: skip
     results: dict[str, dict[str, object]] = {}
     replays: dict[str, Callable[[], None]] = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, SPLIT_ON_CUDA, pdl.PDL_ON_CUDA
-        "swap-AB": (True, False, False),  # the forward as it runs today first: a cut-off keeps it
-        "swap-AB + split": (True, True, False),
-        "swap-AB + PDL": (True, False, True),
-        "swap-AB + split + PDL": (True, True, True),
-        "off": (False, False, False),
+    variants = {  # name: SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA
+        "swap-AB + PDL": (True, True),  # the forward as it runs today first: a cut-off keeps it
+        "swap-AB": (True, False),
+        "off": (False, False),
     }
-    for name, (swap, split, launch_pdl) in variants.items():
-        fp8_fused.SWAP_AB_ON_CUDA, fp8_fused.SPLIT_ON_CUDA, pdl.PDL_ON_CUDA = swap, split, launch_pdl
+    for name, (swap, launch_pdl) in variants.items():
+        fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA = swap, launch_pdl
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
         cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
@@ -845,7 +781,6 @@ if __name__ == "__main__":
         "vision_attention": vision_attention,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
-        "split_products": split_products,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:

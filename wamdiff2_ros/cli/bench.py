@@ -122,7 +122,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=0|1",
         help="decode, plan, profile, prefill: turn one of the fused FP8 forward's kernel switches off or on "
-        f"for this run (repeatable; {', '.join(KERNEL_SWITCHES)}), e.g. split=1: an A/B on one card",
+        f"for this run (repeatable; {', '.join(KERNEL_SWITCHES)}), e.g. pdl=0: an A/B on one card",
     )
     parser.set_defaults(func=run)
 
@@ -130,7 +130,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # --kernels: the fast path's switches that are off or on until timed (docs/BENCHMARKS.md "Next on a GPU")
 KERNEL_SWITCHES = {
     "swap_ab": ("wamdiff2_ros.decoding.fp8_fused", "SWAP_AB_ON_CUDA"),
-    "split": ("wamdiff2_ros.decoding.fp8_fused", "SPLIT_ON_CUDA"),
     "pdl": ("wamdiff2_ros.decoding.pdl", "PDL_ON_CUDA"),
 }
 

@@ -13,10 +13,8 @@ the forward's kernel time), and the scales go where the next kernel reads that o
 - ``rope_store``: the q/k/v product's scales, q/k RMSNorm, rotary, K/V written to the cache: one kernel.
 - ``silu_mul_quant``: the gate/up product's scales, SiLU times up, quantisation: one kernel.
 - ``quant_rows``: the attention output's quantisation (and the first layer's, after its norm).
-- ``swap_product`` split over the depth: at 32-128 rows a product as fp32 partial sums over 2-8 spans of
-  its depth, which the kernel reading it adds (``SPLIT_PRODUCTS``; off on CUDA until timed).
 
-With ``pdl.PDL_ON_CUDA`` every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
+At up to 64 token rows every kernel here is launched with programmatic dependent launch (decoding/pdl.py).
 
 A layer is then 4 products, 4 of these kernels and the attention. Every op is a torch custom op (opaque to
 torch.compile, captured by CUDA graphs): on CUDA a Triton kernel (fp8_fused_kernels.py), elsewhere its torch
@@ -37,8 +35,7 @@ from wamdiff2_ros.decoding.fp8 import FP8, Fp8Weight, quantize_rows
 from wamdiff2_ros.decoding.lean_layers import queries_and_store, rope_angles
 from wamdiff2_ros.decoding.pdl import launch_options
 
-# A raw product (M, N), or its fp32 partial sums over spans of its depth (S, M, N); its (M, 1) and (1, N)
-# scales.
+# A raw product (M, N), its (M, 1) and (1, N) scales.
 Pending = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -61,14 +58,6 @@ def _scaled(raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor)
     return (raw.float() * row_scale * col_scale).to(raw.dtype)
 
 
-def product_output(raw: torch.Tensor, dims: int, dtype: torch.dtype | None) -> torch.Tensor:
-    """A product's output (``dims`` dimensions), or the sum of its fp32 partial sums over spans of its depth
-    (one dimension more, first: ``split_product``), rounded to ``dtype`` where given (the kernels'
-    ``product_output``, which round to the dtype of what they write)."""
-    raw = raw.sum(0) if raw.dim() == dims + 1 else raw
-    return raw if dtype is None else raw.to(dtype)
-
-
 # The twins: torch ops rounding where the kernels round (and where the unfused forward rounds).
 
 
@@ -77,14 +66,12 @@ def reference_add_norm_quant(x, raw, row_scale, col_scale, weight, eps):
     return (x, *quantize_rows(F.rms_norm(x, (x.shape[-1],), weight, eps)))
 
 
-def reference_silu_mul_quant(raw, row_scale, col_scale, dtype=None):
-    raw = product_output(raw, 2, dtype)
+def reference_silu_mul_quant(raw, row_scale, col_scale):
     gate, up = _scaled(raw, row_scale, col_scale).chunk(2, dim=-1)
     return quantize_rows(F.silu(gate) * up)
 
 
 def reference_rope_store(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
-    raw = product_output(raw, 3, keys.dtype)
     rows, length, _ = raw.shape
     qkv = _scaled(raw.reshape(rows * length, -1), row_scale, col_scale).view(rows, length, -1)
     return queries_and_store(qkv, qk_norm, cos, sin, keys, values, slots, heads, eps)
@@ -103,11 +90,10 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
     q, scale = fp8_rows(m, width, x.device)
     x_out = torch.empty_like(x) if add else x
     raw = raw if add else x
-    splits = raw.shape[0] if raw.dim() == 3 else 1  # a split product's partial sums
     kernels.rows[(m,)](
         x, raw, row_scale if add else scale, col_scale if add else scale, weight if norm else x, x_out, q,
-        scale, width, x.stride(0), raw.stride(-2), raw.stride(0) if splits > 1 else 0, eps, ADD=add,
-        NORM=norm, BLOCK=block, SPLITS=splits, num_warps=_warps(block), **launch_options(x.device),
+        scale, width, x.stride(0), raw.stride(0), eps, ADD=add, NORM=norm, BLOCK=block,
+        num_warps=_warps(block), **launch_options(x.device, m),
     )  # fmt: skip
     return x_out, q.to(FP8), scale
 
@@ -118,27 +104,16 @@ def launch_rows(x, raw, row_scale, col_scale, weight, eps, add: bool, norm: bool
 SILU_BLOCK = 2048
 
 
-def launch_silu_mul_quant(
-    raw,
-    row_scale,
-    col_scale,
-    warps: int | None = None,
-    block: int = SILU_BLOCK,
-    dtype: torch.dtype | None = None,
-):
-    """``silu_mul_quant`` of the raw gate/up product (m, 2 I), or of its fp32 partial sums (S, m, 2 I) with
-    the activations' ``dtype``."""
+def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, block: int = SILU_BLOCK):
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
-    m, width = raw.shape[-2], raw.shape[-1] // 2
-    splits = raw.shape[0] if raw.dim() == 3 else 1
+    m, width = raw.shape[0], raw.shape[1] // 2
     warps = warps or (16 if m <= 256 else 8)
     q, scale = fp8_rows(m, width, raw.device)
-    activations = torch.empty((m, width), dtype=dtype or raw.dtype, device=raw.device)  # the kernel's scratch
+    activations = torch.empty((m, width), dtype=raw.dtype, device=raw.device)  # the kernel's scratch row
     kernels.silu_mul[(m,)](
-        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(-2),
-        raw.stride(0) if splits > 1 else 0, BLOCK=block, SPLITS=splits, num_warps=warps,
-        **launch_options(raw.device),
+        raw, row_scale, col_scale, activations, q, scale, width, raw.stride(0), BLOCK=block, num_warps=warps,
+        **launch_options(raw.device, m),
     )  # fmt: skip
     return q.to(FP8), scale
 
@@ -146,8 +121,9 @@ def launch_silu_mul_quant(
 # The swap-AB product's launches (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages): the H100 probe's
 # fastest where they beat the unit-scaled _scaled_mm (the thirty-ninth session's probe, docs/BENCHMARKS.md:
 # q/k/v 4.07 against 4.45 us at 32 rows, out 3.85 against 4.26, gate/up 6.35 against 7.48 and 7.09 against
-# 8.14 at 64; down and the 64-row q/k/v and out were level or slower, with the weights in L2; the next sweep
-# is tools/probes/gpu_kernels.py split_products, from HBM).
+# 8.14 at 64; down and the 64-row q/k/v and out were level or slower, with the weights in L2. The forty-
+# second session's sweep from HBM on the H200, PDL off (probe in git history, e1306a9): gate/up at 32 rows
+# 8.86 us with (64, 256, 4, 3) against 9.51 with this table's; not timed in the forward).
 SWAP_AB = {
     (32, 4096, 2048): (64, 256, 4, 3),
     (32, 2048, 2048): (64, 256, 4, 3),
@@ -178,57 +154,21 @@ def _small_shape(m: int, n: int, k: int) -> tuple[int, int, int] | None:
     return 1 << max(m - 1, 1).bit_length(), n, k
 
 
-def launch_swap_product(
-    x8, data, launch: tuple[int, int, int, int], dtype: torch.dtype, splits: int = 1
-) -> torch.Tensor:
-    """x8 (m, k) times data (n, k) transposed, unscaled: (m, n) in ``dtype``, or with ``splits`` > 1 the
-    fp32 partial sums over that many equal spans of the depth (splits, m, n)."""
+def launch_swap_product(x8, data, launch: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
+    """x8 (m, k) times data (n, k) transposed, unscaled, in ``dtype`` (m, n)."""
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
     (m, k), n = x8.shape, data.shape[0]
     block_n, block_k, warps, stages = launch
-    if n % block_n or k % (splits * block_k) or not x8.is_contiguous() or not data.is_contiguous():
-        raise ValueError(
-            f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch} in {splits} splits"
-        )
-    shape, out_dtype = ((splits, m, n), torch.float32) if splits > 1 else ((m, n), dtype)
-    out = torch.empty(shape, dtype=out_dtype, device=x8.device)
+    if n % block_n or k % block_k or not x8.is_contiguous() or not data.is_contiguous():
+        raise ValueError(f"a swap-AB product of ({m}, {k}) x ({n}, {k}) cannot take the launch {launch}")
+    out = torch.empty((m, n), dtype=dtype, device=x8.device)
     tokens = max(16, 1 << max(m - 1, 1).bit_length())
-    kernels.swap_product[(n // block_n, splits)](
-        data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=splits > 1,
-        num_warps=warps, num_stages=stages, **launch_options(x8.device),
+    kernels.swap_product[(n // block_n,)](
+        data, x8, out, m, n, k, TOKENS=tokens, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        num_stages=stages, **launch_options(x8.device, m),
     )  # fmt: skip
     return out
-
-
-# The products split over their depth, swap-AB: (token tile, N, K) -> (BLOCK_N, BLOCK_K, warps, stages,
-# splits), for q/k/v (4,096 x 2,048), out (2,048 x 2,048), gate/up (12,288 x 2,048) and down (2,048 x
-# 6,144). The kernel that reads a product adds the spans' fp32 sums as it reads it (`product_output`), so a
-# split costs no reduction kernel. In the 2b forward on the H100 the products stream their weights at
-# 0.9-2.1 TB/s of the 3.35: down through _scaled_mm at ~1.3 (9.9 us a layer with cuBLAS's split-K
-# reduction), out at ~0.9 (4.8 us: 32 programs for 132 SMs), q/k/v at ~1.4 (5.9 us, 64 programs), gate/up
-# at ~2.1 (12.0 us, 96). Here 128-256 programs each. First guesses, not yet timed: off on CUDA until the
-# forward's kernel time falls with them (docs/BENCHMARKS.md "Next on a GPU").
-SPLIT_PRODUCTS = {
-    (32, 4096, 2048): (64, 128, 4, 3, 2),
-    (64, 4096, 2048): (64, 128, 4, 3, 2),
-    (128, 4096, 2048): (64, 128, 8, 3, 2),
-    (32, 2048, 2048): (64, 128, 4, 3, 4),
-    (64, 2048, 2048): (64, 128, 4, 3, 4),
-    (128, 2048, 2048): (64, 128, 8, 3, 4),
-    (32, 12288, 2048): (128, 128, 8, 3, 2),
-    (64, 12288, 2048): (128, 128, 8, 3, 2),
-    (128, 12288, 2048): (128, 128, 8, 3, 2),
-    (32, 2048, 6144): (64, 128, 4, 3, 8),
-    (64, 2048, 6144): (64, 128, 4, 3, 8),
-    (128, 2048, 6144): (64, 128, 8, 3, 8),
-}
-SPLIT_ON_CUDA = False
-
-
-def split_launch(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
-    """The split swap-AB launch of an (m, k) x (n, k) product, or None (``product``)."""
-    return SPLIT_PRODUCTS.get(_small_shape(m, n, k))
 
 
 def rope_group(tokens: int, heads: int, kv_heads: int) -> int:
@@ -247,20 +187,19 @@ def launch_rope_store(
 ):
     from wamdiff2_ros.decoding import fp8_fused_kernels as kernels
 
-    rows, length, width = raw.shape[-3:]
-    splits = raw.shape[0] if raw.dim() == 4 else 1  # fp32 partial sums over spans of the depth
+    rows, length, width = raw.shape
     qk_heads, dim = qk_norm.shape
     kv_heads = qk_heads - heads
     group = group or rope_group(rows * length, heads, kv_heads)
     if heads % group or kv_heads % group:
         raise ValueError(f"{group} heads a program do not divide {heads} query and {kv_heads} KV heads")
-    raw = raw.reshape(splits, rows * length, width) if splits > 1 else raw.reshape(rows * length, width)
+    raw = raw.reshape(rows * length, width)
     q = torch.empty((rows, length, heads, dim), dtype=keys.dtype, device=raw.device)
     kernels.rope_store[(rows * length, (qk_heads + kv_heads) // group)](
-        raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(-2),
-        raw.stride(0) if splits > 1 else 0, cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0),
-        values.stride(1), eps, HEADS=heads, KV_HEADS=kv_heads, D=dim, GROUP=group, SPLITS=splits,
-        num_warps=1 if group == 1 else 4, **launch_options(raw.device),
+        raw, row_scale, col_scale, qk_norm, cos, sin, slots, q, keys, values, length, raw.stride(0),
+        cos.stride(0), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), eps, HEADS=heads,
+        KV_HEADS=kv_heads, D=dim, GROUP=group, num_warps=1 if group == 1 else 4,
+        **launch_options(raw.device, rows * length),
     )  # fmt: skip
     return q
 
@@ -309,19 +248,18 @@ def _(x):
 
 @torch.library.custom_op("wamdiff2::fp8_silu_mul_quant", mutates_args=())
 def silu_mul_quant(
-    raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor, dtype: torch.dtype | None = None
+    raw: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The raw gate/up product (M, 2 I) times its scales -> SiLU(gate) * up (M, I) in e4m3, (M, 1) scales.
-    ``raw`` may be its fp32 partial sums (S, M, 2 I) (``split_product``), summed and rounded to ``dtype``."""
+    """The raw gate/up product (M, 2 I) times its scales -> SiLU(gate) * up (M, I) in e4m3, (M, 1) scales."""
     if raw.device.type != "cuda":
-        return reference_silu_mul_quant(raw, row_scale, col_scale, dtype)
-    return launch_silu_mul_quant(raw, row_scale, col_scale, dtype=dtype)
+        return reference_silu_mul_quant(raw, row_scale, col_scale)
+    return launch_silu_mul_quant(raw, row_scale, col_scale)
 
 
 @silu_mul_quant.register_fake
-def _(raw, row_scale, col_scale, dtype=None):
-    shape = (raw.shape[-2], raw.shape[-1] // 2)
-    return raw.new_empty(shape, dtype=FP8), raw.new_empty((raw.shape[-2], 1), dtype=torch.float32)
+def _(raw, row_scale, col_scale):
+    shape = (raw.shape[0], raw.shape[1] // 2)
+    return raw.new_empty(shape, dtype=FP8), raw.new_empty((raw.shape[0], 1), dtype=torch.float32)
 
 
 @torch.library.custom_op("wamdiff2::fp8_rope_store", mutates_args=("keys", "values"))
@@ -338,9 +276,8 @@ def rope_store(
     heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """The raw q/k/v product (K, n, (Hq + 2 Hkv) D), or its fp32 partial sums (S, K, n, (Hq + 2 Hkv) D)
-    (``split_product``), times its scales -> queries (K, n, Hq, D); k and v go to ``keys``/``values`` (K,
-    slots, Hkv, D) at ``slots`` (n,) (``lean_layers.queries_and_store``)."""
+    """The raw q/k/v product (K, n, (Hq + 2 Hkv) D) times its scales -> queries (K, n, Hq, D); k and v go
+    to ``keys``/``values`` (K, slots, Hkv, D) at ``slots`` (n,) (``lean_layers.queries_and_store``)."""
     if raw.device.type != "cuda":
         queries = reference_rope_store(
             raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps
@@ -351,7 +288,7 @@ def rope_store(
 
 @rope_store.register_fake
 def _(raw, row_scale, col_scale, qk_norm, cos, sin, keys, values, slots, heads, eps):
-    return keys.new_empty((raw.shape[-3], raw.shape[-2], heads, qk_norm.shape[1]))
+    return keys.new_empty((raw.shape[0], raw.shape[1], heads, qk_norm.shape[1]))
 
 
 def _unit_scaled(x8: torch.Tensor, data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -366,24 +303,16 @@ def _unit_scaled(x8: torch.Tensor, data: torch.Tensor, dtype: torch.dtype) -> to
 
 @torch.library.custom_op("wamdiff2::fp8_swap_product", mutates_args=())
 def swap_product(
-    x8: torch.Tensor, data: torch.Tensor, block_n: int, block_k: int, warps: int, stages: int, splits: int
+    x8: torch.Tensor, data: torch.Tensor, block_n: int, block_k: int, warps: int, stages: int
 ) -> torch.Tensor:
-    """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere); with
-    ``splits`` > 1 the fp32 partial sums over equal spans of the depth (splits, m, n)."""
+    """``product`` in bf16 through the swap-AB kernel (CUDA) or ``_scaled_mm`` (its twin elsewhere)."""
     if x8.device.type == "cuda":
-        return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16, splits)
-    if splits == 1:
-        return _unit_scaled(x8, data, torch.bfloat16)
-    if x8.shape[1] % splits:
-        raise ValueError(f"{splits} splits do not divide the product's depth {x8.shape[1]}")
-    spans = zip(x8.chunk(splits, dim=1), data.chunk(splits, dim=1), strict=True)
-    return torch.stack([_unit_scaled(x.contiguous(), w.contiguous(), torch.float32) for x, w in spans])
+        return launch_swap_product(x8, data, (block_n, block_k, warps, stages), torch.bfloat16)
+    return _unit_scaled(x8, data, torch.bfloat16)
 
 
 @swap_product.register_fake
-def _(x8, data, block_n, block_k, warps, stages, splits):
-    if splits > 1:
-        return x8.new_empty((splits, x8.shape[0], data.shape[0]), dtype=torch.float32)
+def _(x8, data, block_n, block_k, warps, stages):
     return x8.new_empty((x8.shape[0], data.shape[0]), dtype=torch.bfloat16)
 
 
@@ -393,19 +322,8 @@ def product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Te
     if SWAP_AB_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
         launch = swap_launch(x8.shape[0], *weight.data.shape)
         if launch is not None:
-            return swap_product(x8, weight.data, *launch, 1)
-    return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
-
-
-def split_product(x8: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype) -> torch.Tensor:
-    """``product``, or its fp32 partial sums over spans of the depth (splits, m, n) where ``SPLIT_PRODUCTS``
-    has a launch (with ``SPLIT_ON_CUDA``): the kernel that reads the product adds them (``add_norm_quant``,
-    ``rope_store``, ``silu_mul_quant``; ``settle``)."""
-    if SPLIT_ON_CUDA and x8.is_cuda and dtype == torch.bfloat16:
-        launch = split_launch(x8.shape[0], *weight.data.shape)
-        if launch is not None:
             return swap_product(x8, weight.data, *launch)
-    return product(x8, weight, dtype)
+    return torch._scaled_mm(x8, weight.data.t(), scale_a=weight.one, scale_b=weight.one, out_dtype=dtype)
 
 
 def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values, slots, heads, eps):
@@ -417,8 +335,7 @@ def attention_input(x, pending, input_norm, qkv, qk_norm, cos, sin, keys, values
         h8, h_scale = quant_rows(F.rms_norm(flat, (hidden,), input_norm, eps))
     else:
         flat, h8, h_scale = add_norm_quant(flat, *pending, input_norm, eps)
-    raw = split_product(h8, qkv, x.dtype)
-    raw = raw.view(*raw.shape[:-2], rows, length, -1)  # (rows, n, width), or (splits, rows, n, width)
+    raw = product(h8, qkv, x.dtype).view(rows, length, -1)
     q = rope_store(raw, h_scale, qkv.scale, qk_norm, cos, sin, keys, values, slots, heads, eps)
     return flat.view(rows, length, hidden), q
 
@@ -434,21 +351,19 @@ def layer_output(x, attended, out, post_norm, gate_up, down, eps) -> tuple[torch
         a8, a_scale = quant_rows(attended.reshape(rows * length, -1))
     flat, h8, h_scale = add_norm_quant(
         x.reshape(rows * length, hidden),
-        split_product(a8, out, x.dtype),
+        product(a8, out, x.dtype),
         a_scale,
         out.scale,
         post_norm,
         eps,
     )
-    m8, m_scale = silu_mul_quant(split_product(h8, gate_up, x.dtype), h_scale, gate_up.scale, x.dtype)
-    return flat.view(rows, length, hidden), (split_product(m8, down, x.dtype), m_scale, down.scale)
+    m8, m_scale = silu_mul_quant(product(h8, gate_up, x.dtype), h_scale, gate_up.scale)
+    return flat.view(rows, length, hidden), (product(m8, down, x.dtype), m_scale, down.scale)
 
 
 def settle(x: torch.Tensor, pending: Pending) -> torch.Tensor:
-    """``x`` with the pending product added (a raw product, or its partial sums: ``split_product``)."""
+    """``x`` with the pending product added."""
     raw, row_scale, col_scale = pending
-    if raw.dim() == 3:
-        raw = raw.sum(0).to(x.dtype)
     flat = (x.reshape(raw.shape).float() + _scaled(raw, row_scale, col_scale).float()).to(x.dtype)
     return flat.view(x.shape)
 

@@ -32,29 +32,12 @@ def prefetch_rows(w_ptr, rows, stride, first, size, PDL: tl.constexpr):
 
 
 @triton.jit
-def product_output(raw_ptr, offsets, mask, stride_split, SPLITS: tl.constexpr, dtype: tl.constexpr):
-    # A product's output at `offsets`, in fp32 holding a dtype value: the product as stored, or the sum of
-    # its SPLITS fp32 partial sums over spans of its depth (swap_product's SPLIT), rounded as the product's
-    # own output would be. mask None: every offset is inside (the loads stay unpredicated).
-    if mask is None:
-        raw = tl.load(raw_ptr + offsets).to(tl.float32)
-        for split in tl.static_range(1, SPLITS):
-            raw += tl.load(raw_ptr + split * stride_split + offsets)
-    else:
-        raw = tl.load(raw_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        for split in tl.static_range(1, SPLITS):
-            raw += tl.load(raw_ptr + split * stride_split + offsets, mask=mask, other=0.0)
-    return raw.to(dtype).to(tl.float32)
-
-
-@triton.jit
 def rows(
     x_ptr, raw_ptr, row_scale_ptr, col_scale_ptr, weight_ptr, x_out_ptr, q_ptr, scale_ptr,
-    width, stride_x, stride_raw, stride_split, eps,
-    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
+    width, stride_x, stride_raw, eps,
+    ADD: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # One row: [x += raw * scales (rounded as a product's output), stored], [RMSNorm], FP8 quantisation.
-    # raw: a product's output, or SPLITS fp32 partial sums of it (product_output).
     wait_for_inputs(PDL)
     m = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -62,7 +45,7 @@ def rows(
     dtype = x_ptr.dtype.element_ty
     x = tl.load(x_ptr + m * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
     if ADD:
-        raw = product_output(raw_ptr, m * stride_raw + cols, inside, stride_split, SPLITS, dtype)
+        raw = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
         column = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
         delta = (raw * tl.load(row_scale_ptr + m) * column).to(dtype).to(tl.float32)
         x = (x + delta).to(dtype).to(tl.float32)
@@ -77,12 +60,11 @@ def rows(
 
 
 @triton.jit
-def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, stride_split, cols, inside,
-               SPLITS: tl.constexpr, dtype: tl.constexpr):  # fmt: skip
-    # A chunk of one row of the gate/up product (product_output): scales, SiLU(gate) * up, each rounded as
-    # torch rounds it.
-    gate = product_output(raw_ptr, m * stride_raw + cols, inside, stride_split, SPLITS, dtype)
-    up = product_output(raw_ptr, m * stride_raw + width + cols, inside, stride_split, SPLITS, dtype)
+def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, inside):
+    # A chunk of one row of the gate/up product: scales, SiLU(gate) * up, each rounded as torch rounds it.
+    dtype = raw_ptr.dtype.element_ty
+    gate = tl.load(raw_ptr + m * stride_raw + cols, mask=inside, other=0.0).to(tl.float32)
+    up = tl.load(raw_ptr + m * stride_raw + width + cols, mask=inside, other=0.0).to(tl.float32)
     gate_scale = tl.load(col_scale_ptr + cols, mask=inside, other=0.0)
     up_scale = tl.load(col_scale_ptr + width + cols, mask=inside, other=0.0)
     gate = (gate * row_scale * gate_scale).to(dtype).to(tl.float32)
@@ -93,8 +75,8 @@ def activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, stride_s
 
 @triton.jit
 def silu_mul(
-    raw_ptr, row_scale_ptr, col_scale_ptr, act_ptr, q_ptr, scale_ptr, width, stride_raw, stride_split,
-    BLOCK: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
+    raw_ptr, row_scale_ptr, col_scale_ptr, act_ptr, q_ptr, scale_ptr, width, stride_raw, BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     # One row in chunks of BLOCK, twice: the activations (rounded as torch rounds them) to a scratch row
     # and their maximum, then the scratch row quantised. Recomputing the activations in the second pass
@@ -107,19 +89,7 @@ def silu_mul(
     for first in range(0, width, BLOCK):
         cols = first + tl.arange(0, BLOCK)
         inside = cols < width
-        x = activation(
-            raw_ptr,
-            col_scale_ptr,
-            row_scale,
-            m,
-            width,
-            stride_raw,
-            stride_split,
-            cols,
-            inside,
-            SPLITS,
-            act_ptr.dtype.element_ty,
-        )
+        x = activation(raw_ptr, col_scale_ptr, row_scale, m, width, stride_raw, cols, inside)
         tl.store(act_ptr + m * width + cols, x.to(act_ptr.dtype.element_ty), mask=inside)
         top = tl.maximum(top, tl.abs(x))
     scale = tl.maximum(tl.math.div_rn(tl.max(top, axis=0), 448.0), 1e-12)
@@ -136,27 +106,30 @@ def silu_mul(
 @triton.jit
 def rope_store(
     raw_ptr, row_scale_ptr, col_scale_ptr, norm_ptr, cos_ptr, sin_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
-    length, stride_raw, stride_split, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot,
-    eps, HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr,
-    SPLITS: tl.constexpr, PDL: tl.constexpr,
+    length, stride_raw, stride_angle, stride_k_row, stride_k_slot, stride_v_row, stride_v_slot, eps,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # GROUP heads of one token, all of one kind (query, key or value: GROUP divides HEADS and KV_HEADS):
-    # scaled q/k/v (product_output); q and k normed, weighted and rotated (half-split layout); q to the
-    # queries, k and v to their cache slot. One head per program at decode sizes; a prompt's 2,106 tokens x
-    # 32 heads as single heads were 67 k programs of one warp (42.9 us on the H200, 4x their bytes).
+    # scaled q/k/v; q and k normed, weighted and rotated (half-split layout); q to the queries, k and v to
+    # their cache slot. One head per program at decode sizes; a prompt's 2,106 tokens x 32 heads as single
+    # heads were 67 k programs of one warp (42.9 us on the H200, 4x their bytes).
     wait_for_inputs(PDL)
     m, head = tl.program_id(0), tl.program_id(1) * GROUP
     row, token = m // length, m % length
     half: tl.constexpr = D // 2
     heads = head + tl.arange(0, GROUP)[:, None]  # (GROUP, 1)
     dims = tl.arange(0, half)[None, :]  # (1, half)
-    dtype = q_ptr.dtype.element_ty
+    dtype = raw_ptr.dtype.element_ty
     base = m * stride_raw + heads * D
     row_scale = tl.load(row_scale_ptr + m)
-    first = product_output(raw_ptr, base + dims, None, stride_split, SPLITS, dtype)
-    second = product_output(raw_ptr, base + half + dims, None, stride_split, SPLITS, dtype)
-    first = first * row_scale * tl.load(col_scale_ptr + heads * D + dims)
-    second = second * row_scale * tl.load(col_scale_ptr + heads * D + half + dims)
+    first = (
+        tl.load(raw_ptr + base + dims).to(tl.float32) * row_scale * tl.load(col_scale_ptr + heads * D + dims)
+    )
+    second = (
+        tl.load(raw_ptr + base + half + dims).to(tl.float32)
+        * row_scale
+        * tl.load(col_scale_ptr + heads * D + half + dims)
+    )
     first, second = first.to(dtype).to(tl.float32), second.to(dtype).to(tl.float32)
     slot = tl.load(slots_ptr + token)
     if head < HEADS + KV_HEADS:
@@ -193,28 +166,20 @@ def rope_store(
 @triton.jit
 def swap_product(
     w_ptr, x_ptr, out_ptr, m, n, k, TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT: tl.constexpr, PDL: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     # out (m, n) = x8 (m, k) times w8 (n, k) transposed, unscaled: the weight's rows are the MMA's M side
-    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side. SPLIT: split over the depth
-    # by the grid's second axis, program (i, s) summing depth span s into out[s] (fp32 partial sums, which
-    # the next `rows` kernel adds), so a long depth (the down product's 6,144) has enough programs.
+    # (BLOCK_N, what Hopper's wgmma needs) and the m <= TOKENS rows its N side.
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    if SPLIT:
-        span = tl.multiple_of(k // tl.num_programs(1), BLOCK_K)  # the launch checks it: aligned, wide loads
-        start = tl.multiple_of(tl.program_id(1) * span, BLOCK_K)
-    else:  # the whole depth (the loop as timed before the split existed)
-        span = k
-        start = 0
-    prefetch_rows(w_ptr, rows, k, start, span, PDL)
+    prefetch_rows(w_ptr, rows, k, 0, k, PDL)
     wait_for_inputs(PDL)
     tokens = tl.arange(0, TOKENS)
     depth = tl.arange(0, BLOCK_K)
     inside = tokens < m
     acc = tl.zeros((BLOCK_N, TOKENS), tl.float32)
-    for first in range(start, start + span, BLOCK_K):
+    for first in range(0, k, BLOCK_K):
         w = tl.load(w_ptr + rows[:, None] * k + (first + depth)[None, :])
         x = tl.load(x_ptr + tokens[:, None] * k + (first + depth)[None, :], mask=inside[:, None], other=0.0)
         acc = tl.dot(w, tl.trans(x), acc)
-    out = out_ptr + tl.program_id(1) * m * n + tokens[None, :] * n + rows[:, None]
+    out = out_ptr + tokens[None, :] * n + rows[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside[None, :])

@@ -5,8 +5,15 @@ kernels' busy time (docs/BENCHMARKS.md, fortieth session): ~0.8 us between two k
 a kernel's programs are scheduled while the kernel before it still runs and wait at
 ``fp8_fused_kernels.wait_for_inputs`` (``griddepcontrol.wait``) until it has finished and its writes are
 visible; nothing is read or written before that wait, so the order of results is the stream's. Every
-kernel of ``fp8_fused_kernels`` and the split-keys attention takes a ``PDL`` constexpr for it. Off until
-timed (``PDL_ON_CUDA``); the interpreter and CPUs never use it.
+kernel of ``fp8_fused_kernels`` and the split-keys attention takes a ``PDL`` constexpr for it; the
+interpreter and CPUs never use it.
+
+Only launches of at most ``PDL_MAX_ROWS`` token rows take it: there the products are the swap-AB kernel,
+whose programs, scheduled early, prefetch their weight rows into L2 while the kernel before them runs
+(``prefetch_rows``). Measured (docs/BENCHMARKS.md, forty-second session): the 2b FP8 forward at 32 rows
+1.533 ms against 1.673 (H200, interleaved replays), `bench decode`'s fp8 row 1,999 tokens/s against 1,797
+(H100); at 256 rows (K = 8, cuBLAS products) 3 % slower with it, and K = 4's plan 6 % slower (one pair):
+there the early programs only wait, holding SM slots the kernel before them needs.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ import os
 
 import torch
 
-PDL_ON_CUDA = False  # not yet timed on a GPU (docs/BENCHMARKS.md "Next on a GPU")
+PDL_ON_CUDA = True  # False: no launch takes PDL
+PDL_MAX_ROWS = 64  # the swap-AB products' largest tile of rows (fp8_fused.SWAP_AB)
 
 
 @functools.cache
@@ -24,10 +32,12 @@ def _hopper_or_later(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
-def launch_options(device: torch.device) -> dict[str, bool]:
-    """The ``PDL`` constexpr, and Triton's ``launch_pdl`` where it is on, for a launch on ``device``."""
+def launch_options(device: torch.device, rows: int) -> dict[str, bool]:
+    """The ``PDL`` constexpr, and Triton's ``launch_pdl`` where it is on, for a launch over ``rows`` token
+    rows on ``device`` (a concrete count: the launches run eagerly or inside custom ops, never traced)."""
     on = (
         PDL_ON_CUDA
+        and rows <= PDL_MAX_ROWS
         and device.type == "cuda"
         and os.environ.get("TRITON_INTERPRET") != "1"
         and _hopper_or_later(device.index if device.index is not None else torch.cuda.current_device())

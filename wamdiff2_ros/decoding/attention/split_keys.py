@@ -282,7 +282,7 @@ class SplitKeysAttention:
             q, self.cache.keys[layer], self.cache.values[layer], self.bounds, parts, lse,
             length, tiles_per_row, self.cache.max_len, 1.0 / math.sqrt(self.head_dim), **self._shape,
             BLOCK=self.block_size, QUERIES=self.queries, KEYS=self.keys_per_step, CHUNK=self.chunk,
-            INTERPRETED=self.interpreted, num_warps=self.warps, **launch_options(q.device),
+            INTERPRETED=self.interpreted, num_warps=self.warps, **launch_options(q.device, rows * length),
         )  # fmt: skip
         return tiles_per_row
 
@@ -299,7 +299,7 @@ class SplitKeysAttention:
         parts, lse = self.active
         _kernels()[1][(rows * tiles_per_row, self.kv_heads, self.packed_rows)](
             parts, lse, out, length, tiles_per_row, self.chunks, **self._shape, QUERIES=self.queries,
-            CHUNKS=self.chunks_padded, **launch_options(q.device),
+            CHUNKS=self.chunks_padded, **launch_options(q.device, rows * length),
         )  # fmt: skip
         return out.view(rows, length, -1)
 
@@ -321,6 +321,6 @@ class SplitKeysAttention:
         _kernels()[2][(rows * length,)](
             parts, lse, q8, scale, length, tiles_per_row, self.chunks, **self._shape,
             QUERIES=self.queries, CHUNKS=self.chunks_padded, OUT_DTYPE=out_dtype[q.dtype], num_warps=8,
-            **launch_options(q.device),
+            **launch_options(q.device, rows * length),
         )  # fmt: skip
         return q8.to(FP8), scale
