@@ -26,6 +26,7 @@ def test_measure_plan_times_every_stage_of_a_warm_planner(tiny_model, tokenizer)
     assert row["frames"] == 3 and row["parsed"] == "6/6"  # the grammar: every answer parses
     assert row["builds_added"] == 0 and row["captures_added"] == 0  # the warm-up built what the frames use
     assert row["graphs_compiled_added"] == 0 and row["graphs_compiled_warmup"] >= 0
+    assert row["recompiles"] == []  # nothing is compiled here
     for stage in STAGES:
         assert 0.0 <= row[stage]["p50_ms"] <= row[stage]["p99_ms"]
     assert row["total"]["p50_ms"] >= row["decode"]["p50_ms"] > 0.0

@@ -45,11 +45,12 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
         ``warmup_s``; ``total`` and one entry per stage with ``p50_ms``/``p99_ms``; ``parsed`` (answers that
         parsed, of all); ``forwards_p50``; ``builds_added``/``captures_added`` during the timed frames;
         ``graphs_compiled_warmup``/``graphs_compiled_added``: the graphs torch.compile made during the
-        warm-up and during the timed frames (the process's count: a later row reuses an earlier row's); the
-        GPU's peak allocated memory (GiB) when on CUDA.
+        warm-up and during the timed frames (the process's count: a later row reuses an earlier row's);
+        ``recompiles``: why Dynamo compiled a function again in this row (its guard failures, at most 10);
+        the GPU's peak allocated memory (GiB) when on CUDA.
     """
     device = planner.loaded.model.device
-    graphs = _compiled_graphs()
+    graphs, failures = _compiled_graphs(), _guard_failures()
     warmup_s = planner.warm_up(image_hw)
     graphs_warm = _compiled_graphs()
     fast = planner.fast
@@ -77,6 +78,7 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
         "captures_added": (fast.captures - captures) if fast is not None else 0,
         "graphs_compiled_warmup": graphs_warm - graphs,
         "graphs_compiled_added": _compiled_graphs() - graphs_warm,
+        "recompiles": _recompiles_since(failures)[:10],
     }
     if device.type == "cuda":
         row["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -89,6 +91,24 @@ def _compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return counters["stats"]["unique_graphs"]
+
+
+def _guard_failures() -> dict[Any, int]:
+    # How many guard failures (each a recompile) Dynamo has recorded for each compiled function so far
+    from torch._dynamo.utils import guard_failures
+
+    return {code: len(reasons) for code, reasons in guard_failures.items()}
+
+
+def _recompiles_since(before: dict[Any, int]) -> list[str]:
+    # The guard failures recorded since ``before``, as "function (file:line): reason"
+    from torch._dynamo.utils import guard_failures
+
+    return [
+        f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}): {reason}"
+        for code, reasons in list(guard_failures.items())
+        for reason in reasons[before.get(code, 0) :]
+    ]
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
