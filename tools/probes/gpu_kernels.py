@@ -21,14 +21,15 @@ vision_attention: the 1080p tower's attention in bf16 (cuDNN, FlashInfer FA3) an
 scales), with its error. vision_fp8: the 1080p tower's
 products in bf16 and FP8 (made operands, the whole FP8 product eager and compiled). swap_ab_forward: the
 2b FP8 forward with the swap-AB products and PDL off and on (kernel time, and interleaved back-to-back
-wall time). The swap-AB launch sweeps (the thirty-ninth session's with the weights in L2, the forty-second's
+wall time); k4_forward: the same for K = 4 answers (128 rows), PDL and swap-AB products at 128 rows. The
+swap-AB launch sweeps (the thirty-ninth session's with the weights in L2, the forty-second's
 `split_products` from HBM, whole and split over the depth) are in git history: 5224ae3 and e1306a9.
 Each number is the median of 15 graph replays of 20 (gemm, w8a16, fused_fp8), 24 (vision_attention) or 28
 (attention, split_keys, shared_prefix) calls.
 
 Usage on the device machine (FlashInfer wheels installed): python3 tools/probes/gpu_kernels.py OUT.json
 [gemm,fp8,attention,w8a16,split_keys,shared_prefix,merge_quant,grammar,fused_fp8,vision_attention,
-vision_fp8,swap_ab_forward] (the parts to run; default the first three).
+vision_fp8,swap_ab_forward,k4_forward] (the parts to run; default the first three).
 Install the FlashInfer wheels first and put them on PYTHONPATH (tools/device_fast_path.sh shows how). Its
 fourth-session run is docs/probes_h200_2026-11-30.json.
 """
@@ -715,12 +716,57 @@ def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
     forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``) and PDL
-    (``pdl.PDL_ON_CUDA``): each variant's kernel time by kind
-    (one profile), then its wall time in 5 interleaved rounds of 20 back-to-back replays (the median and the
-    rounds): the card's drift between variants (up to 14 % in the forty-first session's one-at-a-time
-    timing) falls on all of them alike."""
-    from wamdiff2_ros.cli.bench import _prompt
+    (``pdl.PDL_ON_CUDA``) (``_forward_variants``)."""
     from wamdiff2_ros.decoding import fp8_fused, pdl
+
+    def setting(swap: bool, launch_pdl: bool) -> Callable[[], None]:
+        def apply() -> None:
+            fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA = swap, launch_pdl
+
+        return apply
+
+    return _forward_variants(1, {
+        "swap-AB + PDL": setting(True, True),  # the forward as it runs today first: a cut-off keeps it
+        "swap-AB": setting(True, False),
+        "off": setting(False, False),
+    })  # fmt: skip
+
+
+def k4_forward() -> dict[str, dict[str, object]]:
+    """The same forward for K = 4 answers (128 rows, the node's default), where every product is cuBLAS's
+    and no launch takes PDL today, against PDL on its launches (``pdl.PDL_MAX_ROWS`` 128) and the products
+    through the swap-AB kernel at 128 rows (the launches the forty-second session's HBM sweep found
+    fastest, 1-1.5 us slower than cuBLAS each without PDL; with it their programs prefetch their weights)."""
+    from wamdiff2_ros.decoding import fp8_fused, pdl
+
+    today = dict(fp8_fused.SWAP_AB)
+    at_128 = {
+        (128, 4096, 2048): (64, 256, 4, 3), (128, 2048, 2048): (64, 256, 4, 3),
+        (128, 12288, 2048): (128, 256, 8, 3), (128, 2048, 6144): (64, 256, 4, 3),
+    }  # fmt: skip
+
+    def setting(max_rows: int, swap_128: bool) -> Callable[[], None]:
+        def apply() -> None:
+            pdl.PDL_MAX_ROWS = max_rows
+            fp8_fused.SWAP_AB.clear()
+            fp8_fused.SWAP_AB.update({**today, **(at_128 if swap_128 else {})})
+
+        return apply
+
+    return _forward_variants(4, {
+        "today": setting(64, False),
+        "PDL": setting(128, False),
+        "swap-AB + PDL": setting(128, True),
+        "swap-AB": setting(64, True),
+    })  # fmt: skip
+
+
+def _forward_variants(rows: int, variants: dict[str, Callable[[], None]]) -> dict[str, dict[str, object]]:
+    # The 2b FP8 forward of a 32-token block for ``rows`` answers after the 1080p prompt, built and captured
+    # under each variant's settings: each one's kernel time by kind (one profile), then its wall time in 5
+    # interleaved rounds of 20 back-to-back replays (the median and the rounds), so the card's drift between
+    # variants (up to 14 % in the forty-first session's one-at-a-time timing) falls on all of them alike.
+    from wamdiff2_ros.cli.bench import _prompt
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.fast import FastDecoder
     from wamdiff2_ros.eval import speed
@@ -731,20 +777,15 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
     prompt = _prompt(load_tokenizer(), "1920x1080")
     config = DecodeConfig(
         block_size=32, steps=8, commit_rule="low_confidence_static", backend="triton", cuda_graphs=True,
-        compile=True, weights="fp8",
+        compile=True, weights="fp8", candidates=rows, temperature=0.7 if rows > 1 else 0.0,
     )  # fmt: skip
     results: dict[str, dict[str, object]] = {}
     replays: dict[str, Callable[[], None]] = {}
-    variants = {  # name: SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA
-        "swap-AB + PDL": (True, True),  # the forward as it runs today first: a cut-off keeps it
-        "swap-AB": (True, False),
-        "off": (False, False),
-    }
-    for name, (swap, launch_pdl) in variants.items():
-        fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA = swap, launch_pdl
+    for name, apply in variants.items():
+        apply()
         cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
         cache.prefill(prompt)
-        cache.denoise(torch.full((1, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
+        cache.denoise(torch.full((rows, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
         graph = cache.graphs.graphs[32][0]
 
         def replay(cache: Any = cache, graph: Any = graph) -> None:
@@ -781,6 +822,7 @@ if __name__ == "__main__":
         "vision_attention": vision_attention,
         "vision_fp8": vision_fp8,
         "swap_ab_forward": swap_ab_forward,
+        "k4_forward": k4_forward,
     }
     report = {part: probes[part]() for part in parts}
     with open(sys.argv[1], "w") as file:
