@@ -716,17 +716,27 @@ def _back_to_back_ms(replay: Callable[[], None], times: int = 20) -> float:
 def swap_ab_forward() -> dict[str, dict[str, object]]:
     """The 2b preset's graphed, compiled 32-token FP8 forward after a 1080p prompt (``bench profile``'s
     forward) with the swap-AB products off and on (``fp8_fused.SWAP_AB_ON_CUDA``) and PDL
-    (``pdl.PDL_ON_CUDA``) (``_forward_variants``)."""
+    (``pdl.PDL_ON_CUDA``), and with PDL two launches not yet in ``SWAP_AB``: the down product through the
+    swap-AB kernel (cuBLAS's today: with PDL its programs would prefetch its weights while `silu_mul` runs)
+    and gate/up with 64 weight rows a program (``_forward_variants``)."""
     from wamdiff2_ros.decoding import fp8_fused, pdl
 
-    def setting(swap: bool, launch_pdl: bool) -> Callable[[], None]:
+    today = dict(fp8_fused.SWAP_AB)
+    down = {(32, 2048, 6144): (64, 256, 4, 3)}  # 32 programs over a depth of 6,144: each prefetches 0.4 MB
+    gate_up = {(32, 12288, 2048): (64, 256, 4, 3)}  # the HBM sweep's fastest whole launch, PDL off
+
+    def setting(swap: bool, launch_pdl: bool, extra: dict | None = None) -> Callable[[], None]:
         def apply() -> None:
             fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA = swap, launch_pdl
+            fp8_fused.SWAP_AB.clear()
+            fp8_fused.SWAP_AB.update({**today, **(extra or {})})
 
         return apply
 
     return _forward_variants(1, {
         "swap-AB + PDL": setting(True, True),  # the forward as it runs today first: a cut-off keeps it
+        "swap-AB + PDL, down swap-AB": setting(True, True, down),
+        "swap-AB + PDL, gate/up 64x256": setting(True, True, gate_up),
         "swap-AB": setting(True, False),
         "off": setting(False, False),
     })  # fmt: skip
