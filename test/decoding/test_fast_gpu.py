@@ -491,7 +491,7 @@ def test_swap_ab_products_at_the_2b_shapes_are_scaled_mm_s():
         for m in (tile, tile - 5):  # a full token tile and a masked one
             x8 = torch.randn(m, k, device="cuda", generator=generator).to(fused.FP8)
             w8 = (torch.randn(n, k, device="cuda", generator=generator) * 0.05).to(fused.FP8)
-            got = fused.swap_product(x8, w8, *launch, 1)
+            got = fused.swap_product(x8, w8, *launch)
             twin = torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
             assert _relative_error(got, twin) < 1e-2, (tile, n, k, m)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import STAGES, Planner
 from wamdiff2_ros.eval.plan_bench import format_rows, frames, measure_plan
@@ -26,7 +28,7 @@ def test_measure_plan_times_every_stage_of_a_warm_planner(tiny_model, tokenizer)
     assert row["frames"] == 3 and row["parsed"] == "6/6"  # the grammar: every answer parses
     assert row["builds_added"] == 0 and row["captures_added"] == 0  # the warm-up built what the frames use
     assert row["graphs_compiled_added"] == 0 and row["graphs_compiled_warmup"] >= 0
-    assert row["recompiles"] == []  # nothing is compiled here
+    assert row["recompiles"] == 0 and row["recompile_reasons"] == []  # nothing is compiled here
     for stage in STAGES:
         assert 0.0 <= row[stage]["p50_ms"] <= row[stage]["p99_ms"]
     assert row["total"]["p50_ms"] >= row["decode"]["p50_ms"] > 0.0
@@ -52,3 +54,28 @@ def test_plan_rows_cover_k_grammar_and_sizes_and_filter_by_name():
     four = plan_rows("quick", ["1920x1080"], "triton", True, True, ["K1 grammar"], steps=4)
     assert [name for name, _, _ in four] == ["1920x1080 K1 grammar triton graphs compile S4"]
     assert four[0][2]["steps"] == 4 and all(s["steps"] == 8 for _, _, s in only)
+
+
+def test_recompiles_count_each_recompile_once_with_its_reason():
+    # Dynamo records a reason for every cached entry on each recompile: 3 recompiles of one function are 6
+    # reasons, counted here as 3, plus another function's one; compiles before ``before`` are left out.
+    from wamdiff2_ros.eval.plan_bench import _guard_failures, _recompiles_fields, _recompiles_since
+
+    def first(x):
+        return x + 1
+
+    def second(x):
+        return x * x.shape[0]
+
+    compiled_first = torch.compile(first, backend="eager", dynamic=False)
+    compiled_first(torch.ones(7))
+    compiled_first(torch.ones(6))  # a recompile before the count starts
+    before = _guard_failures()
+    compiled_second = torch.compile(second, backend="eager", dynamic=False)
+    for rows in (2, 3, 4, 5):
+        compiled_second(torch.ones(rows))
+    compiled_first(torch.ones(8))
+    fields = _recompiles_fields(_recompiles_since(before))
+    assert fields["recompiles"] == 4
+    assert sum(reason.startswith("second (") for reason in fields["recompile_reasons"]) == 3
+    assert any("expected 4, actual 5" in reason for reason in fields["recompile_reasons"])

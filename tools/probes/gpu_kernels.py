@@ -719,26 +719,14 @@ def swap_ab_forward() -> dict[str, dict[str, object]]:
     (``pdl.PDL_ON_CUDA``), and with PDL two launches not yet in ``SWAP_AB``: the down product through the
     swap-AB kernel (cuBLAS's today: with PDL its programs would prefetch its weights while `silu_mul` runs)
     and gate/up with 64 weight rows a program (``_forward_variants``)."""
-    from wamdiff2_ros.decoding import fp8_fused, pdl
-
-    today = dict(fp8_fused.SWAP_AB)
     down = {(32, 2048, 6144): (64, 256, 4, 3)}  # 32 programs over a depth of 6,144: each prefetches 0.4 MB
     gate_up = {(32, 12288, 2048): (64, 256, 4, 3)}  # the HBM sweep's fastest whole launch, PDL off
-
-    def setting(swap: bool, launch_pdl: bool, extra: dict | None = None) -> Callable[[], None]:
-        def apply() -> None:
-            fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA = swap, launch_pdl
-            fp8_fused.SWAP_AB.clear()
-            fp8_fused.SWAP_AB.update({**today, **(extra or {})})
-
-        return apply
-
     return _forward_variants(1, {
-        "swap-AB + PDL": setting(True, True),  # the forward as it runs today first: a cut-off keeps it
-        "swap-AB + PDL, down swap-AB": setting(True, True, down),
-        "swap-AB + PDL, gate/up 64x256": setting(True, True, gate_up),
-        "swap-AB": setting(True, False),
-        "off": setting(False, False),
+        "swap-AB + PDL": {},  # the forward as it runs today first: a cut-off keeps it
+        "swap-AB + PDL, down swap-AB": {"launches": down},
+        "swap-AB + PDL, gate/up 64x256": {"launches": gate_up},
+        "swap-AB": {"pdl": False},
+        "off": {"swap_ab": False, "pdl": False},
     })  # fmt: skip
 
 
@@ -747,36 +735,27 @@ def k4_forward() -> dict[str, dict[str, object]]:
     and no launch takes PDL today, against PDL on its launches (``pdl.PDL_MAX_ROWS`` 128) and the products
     through the swap-AB kernel at 128 rows (the launches the forty-second session's HBM sweep found
     fastest, 1-1.5 us slower than cuBLAS each without PDL; with it their programs prefetch their weights)."""
-    from wamdiff2_ros.decoding import fp8_fused, pdl
-
-    today = dict(fp8_fused.SWAP_AB)
     at_128 = {
         (128, 4096, 2048): (64, 256, 4, 3), (128, 2048, 2048): (64, 256, 4, 3),
         (128, 12288, 2048): (128, 256, 8, 3), (128, 2048, 6144): (64, 256, 4, 3),
     }  # fmt: skip
-
-    def setting(max_rows: int, swap_128: bool) -> Callable[[], None]:
-        def apply() -> None:
-            pdl.PDL_MAX_ROWS = max_rows
-            fp8_fused.SWAP_AB.clear()
-            fp8_fused.SWAP_AB.update({**today, **(at_128 if swap_128 else {})})
-
-        return apply
-
     return _forward_variants(4, {
-        "today": setting(64, False),
-        "PDL": setting(128, False),
-        "swap-AB + PDL": setting(128, True),
-        "swap-AB": setting(64, True),
+        "today": {},
+        "PDL": {"max_rows": 128},
+        "swap-AB + PDL": {"max_rows": 128, "launches": at_128},
+        "swap-AB": {"launches": at_128},
     })  # fmt: skip
 
 
-def _forward_variants(rows: int, variants: dict[str, Callable[[], None]]) -> dict[str, dict[str, object]]:
+def _forward_variants(rows: int, variants: dict[str, dict[str, Any]]) -> dict[str, dict[str, object]]:
     # The 2b FP8 forward of a 32-token block for ``rows`` answers after the 1080p prompt, built and captured
-    # under each variant's settings: each one's kernel time by kind (one profile), then its wall time in 5
-    # interleaved rounds of 20 back-to-back replays (the median and the rounds), so the card's drift between
-    # variants (up to 14 % in the forty-first session's one-at-a-time timing) falls on all of them alike.
+    # under each variant's settings (over the defaults: ``swap_ab`` and ``pdl`` on or off, ``max_rows`` for
+    # PDL, ``launches`` added to SWAP_AB; restored after), then each one's kernel time by kind (one profile;
+    # with PDL it counts the early programs' waits: compare wall times) and its wall time in 5 interleaved
+    # rounds of 20 back-to-back replays (the median and the rounds), so the card's drift between variants
+    # (up to 14 % in the forty-first session's one-at-a-time timing) falls on all of them alike.
     from wamdiff2_ros.cli.bench import _prompt
+    from wamdiff2_ros.decoding import fp8_fused, pdl
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.fast import FastDecoder
     from wamdiff2_ros.eval import speed
@@ -791,20 +770,31 @@ def _forward_variants(rows: int, variants: dict[str, Callable[[], None]]) -> dic
     )  # fmt: skip
     results: dict[str, dict[str, object]] = {}
     replays: dict[str, Callable[[], None]] = {}
-    for name, apply in variants.items():
-        apply()
-        cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
-        cache.prefill(prompt)
-        cache.denoise(torch.full((rows, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
-        graph = cache.graphs.graphs[32][0]
+    swap_ab, launch_pdl, max_rows = fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA, pdl.PDL_MAX_ROWS
+    table = dict(fp8_fused.SWAP_AB)
+    try:
+        for name, setting in variants.items():
+            fp8_fused.SWAP_AB_ON_CUDA = setting.get("swap_ab", swap_ab)
+            pdl.PDL_ON_CUDA = setting.get("pdl", launch_pdl)
+            pdl.PDL_MAX_ROWS = setting.get("max_rows", max_rows)
+            fp8_fused.SWAP_AB.clear()
+            fp8_fused.SWAP_AB.update({**table, **setting.get("launches", {})})
+            cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
+            cache.prefill(prompt)
+            cache.denoise(torch.full((rows, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
+            graph = cache.graphs.graphs[32][0]
 
-        def replay(cache: Any = cache, graph: Any = graph) -> None:
-            cache.place(32)
-            graph.replay()
+            def replay(cache: Any = cache, graph: Any = graph) -> None:
+                cache.place(32)
+                graph.replay()
 
-        replays[name] = replay
-        results[name] = speed.profile_replays(replay, DEVICE)
-        print(name, json.dumps(results[name]), flush=True)
+            replays[name] = replay
+            results[name] = speed.profile_replays(replay, DEVICE)
+            print(name, json.dumps(results[name]), flush=True)
+    finally:  # the defaults back for the next part
+        fp8_fused.SWAP_AB_ON_CUDA, pdl.PDL_ON_CUDA, pdl.PDL_MAX_ROWS = swap_ab, launch_pdl, max_rows
+        fp8_fused.SWAP_AB.clear()
+        fp8_fused.SWAP_AB.update(table)
     rounds: dict[str, list[float]] = {name: [] for name in replays}
     for _ in range(5):
         for name, replay in replays.items():

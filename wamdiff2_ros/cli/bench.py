@@ -127,7 +127,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-# --kernels: the fast path's switches that are off or on until timed (docs/BENCHMARKS.md "Next on a GPU")
+# --kernels: the fast path's kernel switches, for an A/B of each on one card (docs/DECISIONS.md "FP8 weights")
 KERNEL_SWITCHES = {
     "swap_ab": ("wamdiff2_ros.decoding.fp8_fused", "SWAP_AB_ON_CUDA"),
     "pdl": ("wamdiff2_ros.decoding.pdl", "PDL_ON_CUDA"),

@@ -4,16 +4,18 @@ A 2b answer forward is ~300 kernels in one CUDA graph, and on the H100 its wall 
 kernels' busy time (docs/BENCHMARKS.md, fortieth session): ~0.8 us between two kernels. Launched with PDL,
 a kernel's programs are scheduled while the kernel before it still runs and wait at
 ``fp8_fused_kernels.wait_for_inputs`` (``griddepcontrol.wait``) until it has finished and its writes are
-visible; nothing is read or written before that wait, so the order of results is the stream's. Every
+visible; before that wait a kernel reads only what no kernel of the forward writes (weights, the prompt's
+K/V, the attention's bounds) and writes nothing, so the order of results is the stream's. Every
 kernel of ``fp8_fused_kernels`` and the split-keys attention takes a ``PDL`` constexpr for it; the
 interpreter and CPUs never use it.
 
-Only launches of at most ``PDL_MAX_ROWS`` token rows take it: there the products are the swap-AB kernel,
-whose programs, scheduled early, prefetch their weight rows into L2 while the kernel before them runs
-(``prefetch_rows``). Measured (docs/BENCHMARKS.md, forty-second session): the 2b FP8 forward at 32 rows
-1.533 ms against 1.673 (H200, interleaved replays), `bench decode`'s fp8 row 1,999 tokens/s against 1,797
-(H100); at 256 rows (K = 8, cuBLAS products) 3 % slower with it, and K = 4's plan 6 % slower (one pair):
-there the early programs only wait, holding SM slots the kernel before them needs.
+Only launches of at most ``PDL_MAX_ROWS`` token rows take it: there most products are the swap-AB kernel
+(q/k/v, out and gate/up at 32 rows, gate/up at 64), whose programs, scheduled early, prefetch their weight
+rows into L2 while the kernel before them runs (``prefetch_rows``). Measured (docs/BENCHMARKS.md,
+forty-second session): the 2b FP8 forward at 32 rows 1.533 ms against 1.673 (H200, interleaved replays),
+`bench decode`'s fp8 row 1,999 tokens/s against 1,797 (H100); at 256 rows (K = 8, cuBLAS products) 3 %
+slower with it, and K = 4's plan 6 % slower (one pair): there the early programs only wait, holding SM
+slots the kernel before them needs.
 """
 
 from __future__ import annotations

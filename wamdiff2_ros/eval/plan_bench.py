@@ -46,7 +46,8 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
         parsed, of all); ``forwards_p50``; ``builds_added``/``captures_added`` during the timed frames;
         ``graphs_compiled_warmup``/``graphs_compiled_added``: the graphs torch.compile made during the
         warm-up and during the timed frames (the process's count: a later row reuses an earlier row's);
-        ``recompiles``: why Dynamo compiled a function again in this row (its guard failures, at most 10);
+        ``recompiles``/``recompile_reasons``: how often and why Dynamo compiled a function again during this
+        row (a function's first compile is no recompile; the first 10 distinct reasons);
         the GPU's peak allocated memory (GiB) when on CUDA.
     """
     device = planner.loaded.model.device
@@ -78,7 +79,7 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
         "captures_added": (fast.captures - captures) if fast is not None else 0,
         "graphs_compiled_warmup": graphs_warm - graphs,
         "graphs_compiled_added": _compiled_graphs() - graphs_warm,
-        "recompiles": _recompiles_since(failures)[:10],
+        **_recompiles_fields(_recompiles_since(failures)),
     }
     if device.type == "cuda":
         row["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -93,22 +94,38 @@ def _compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
+def _recompiles_fields(recompiles: list[str]) -> dict[str, Any]:
+    # The row's count of recompiles and the first 10 distinct reasons, in order
+    return {"recompiles": len(recompiles), "recompile_reasons": list(dict.fromkeys(recompiles))[:10]}
+
+
 def _guard_failures() -> dict[Any, int]:
-    # How many guard failures (each a recompile) Dynamo has recorded for each compiled function so far
+    # How many guard-failure reasons Dynamo has recorded for each compiled function so far
     from torch._dynamo.utils import guard_failures
 
     return {code: len(reasons) for code, reasons in guard_failures.items()}
 
 
 def _recompiles_since(before: dict[Any, int]) -> list[str]:
-    # The guard failures recorded since ``before``, as "function (file:line): reason"
+    # The recompiles since ``before``, one line each: "function (file:line): reason". On a recompile Dynamo
+    # records a reason for every cached entry of the function ("frame/entry: reason", then a stack trace),
+    # the newest entry's first: a recompile is a reason whose entry number is the highest seen so far.
     from torch._dynamo.utils import guard_failures
 
-    return [
-        f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}): {reason}"
-        for code, reasons in list(guard_failures.items())
-        for reason in reasons[before.get(code, 0) :]
-    ]
+    lines = []
+    for code, reasons in list(guard_failures.items()):
+        where = f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+        newest = -1
+        for index, reason in enumerate(reasons):
+            head = reason.splitlines()[0] if reason else ""
+            entry, _, text = head.partition(": ")
+            number = entry.rsplit("/", 1)[-1]
+            number = int(number) if number.isdigit() else index  # another format: every reason counts
+            if number > newest:
+                newest = number
+                if index >= before.get(code, 0):
+                    lines.append(f"{where}: {text or head}")
+    return lines
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
