@@ -98,3 +98,19 @@ def test_engine_builds_once_across_frames_of_one_camera(tiny_model, tokenizer, f
         wide = build_planning_prompt(tokenizer, wide_image, "straight", (1.0, 0.0), (0.0, 0.0))
         engine.decode(tokenizer, wide, config, grammar)
         assert engine.builds == 2
+
+
+def test_both_loops_score_through_the_fp8_lm_head_alike(tiny_model, tokenizer, planning_prompt):
+    # W8A8 without a grammar: every step scores the whole vocabulary through the FP8 head (fp8.answer_logits)
+    config = DecodeConfig(
+        block_size=16, steps=4, max_new_tokens=96, threshold=0.05, temperature=1.0, candidates=2, seed=9,
+        backend="sdpa", weights="fp8",
+    )  # fmt: skip
+    decoders = {
+        loop: FastDecoder(tiny_model, config, planning_prompt.length, device_loop=loop == "device")
+        for loop in ("host", "device")
+    }
+    assert all(decoder.cache.fp8_head is not None for decoder in decoders.values())
+    host, device = (decoder.decode(tokenizer, planning_prompt) for decoder in decoders.values())
+    assert [c.token_ids for c in device.candidates] == [c.token_ids for c in host.candidates]
+    assert host.candidates[0].token_ids

@@ -67,10 +67,15 @@ def test_compiled_fast_decode_gives_the_eager_tokens(
 
 
 @pytest.mark.parametrize(
-    ("rule", "count"), [("low_confidence_dynamic", None), ("low_confidence_static", 2), ("sequential", 3)]
-)
-def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
-    # The device loop's LM head + sampling + commit (device_loop.step_tail), one greedy row, one sampled.
+    ("rule", "count", "head"),
+    [
+        ("low_confidence_dynamic", None, "bf16"), ("low_confidence_static", 2, "bf16"),
+        ("sequential", 3, "bf16"), ("low_confidence_dynamic", None, "fp8"),
+    ],
+)  # fmt: skip
+def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count, head):
+    # The device loop's LM head (the model's, or FP8: fp8.answer_logits) + sampling + commit
+    # (device_loop.step_tail), one greedy row, one sampled.
     config = DecodeConfig(block_size=SIZE, steps=4, commit_rule=rule, threshold=0.02)
     hidden = torch.randn(ROWS, SIZE, tiny_model.config.text_config.hidden_size)
     tokens = torch.full((ROWS, SIZE), MASK_ID)
@@ -82,7 +87,8 @@ def test_compiled_step_tail_matches_the_uncompiled_one(tiny_model, rule, count):
     probability = torch.ones(ROWS, SIZE)
     arguments = (hidden, tokens, masked, probability, config, None, budget, sampling, draw, MASK_ID, count)
     with torch.no_grad():
-        eager, fast = (tail(tiny_model, *arguments) for tail in (step_tail, compiled(step_tail)))
+        fp8_head = LeanDecoder(tiny_model, weights="fp8").head if head == "fp8" else None
+        eager, fast = (tail(tiny_model, fp8_head, *arguments) for tail in (step_tail, compiled(step_tail)))
     names = ("tokens", "masked", "probability", "x0", "x0_probability", "logits", "counted", "dead")
     for name, expected, actual in zip(names, eager, fast, strict=True):
         if expected is not None and expected.is_floating_point():  # Inductor's softmax: a rounding apart

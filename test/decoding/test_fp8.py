@@ -115,3 +115,21 @@ def test_the_w8a16_launch_is_the_sweeps_winner_for_2b_shapes_and_a_default_elsew
     assert fp8_kernel.kernel_config(100, 2048, 6144) == fp8_kernel.SWEPT[128, 2048, 6144]  # next bucket up
     assert fp8_kernel.kernel_config(32, 96, 256) == fp8_kernel.KernelConfig(32, 16, 128)  # not swept
     assert fp8_kernel.kernel_config(512, 4096, 2048).block_m == 64  # beyond the sweep
+
+
+def test_the_fp8_lm_head_scores_every_column_as_its_twin_and_leaves_a_grammars_columns(tiny_model) -> None:
+    head = LeanDecoder(tiny_model, weights="fp8").head
+    assert head is not None and LeanDecoder(tiny_model).head is None
+    assert LeanDecoder(tiny_model, weights="fp8_weight_only").head is None
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(2, 5, tiny_model.config.text_config.hidden_size, generator=generator)
+    full = head_logits(tiny_model, hidden)
+    got = fp8.answer_logits(tiny_model, hidden, None, head)
+    assert got.shape == full.shape and got.dtype == torch.float32
+    rows, scale = fp8.quantize_rows(hidden.reshape(-1, hidden.shape[-1]))
+    twin = ((rows.float() * scale) @ (head.data.float() * head.scale.reshape(-1, 1)).T).view(full.shape)
+    assert (got - twin).norm() / twin.norm() < 1e-2  # the raw product rounded to bf16
+    assert 0 < (got - full).norm() / full.norm() < 0.1
+    columns = torch.tensor([5, 17, 198])  # a grammar's: the model's own rows
+    expected = head_logits(tiny_model, hidden, columns)
+    assert torch.equal(fp8.answer_logits(tiny_model, hidden, columns, head), expected)

@@ -9,6 +9,7 @@ import torch
 
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import decode
+from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.errors import CheckpointError
 from wamdiff2_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from wamdiff2_ros.model.forward import block_causal_hidden, head_logits
@@ -73,6 +74,7 @@ def test_fast_path_gives_the_eager_tokens_on_a_reduced_model(reduced, tokenizer,
     fast = decode(reduced, tokenizer, planning_prompt, DecodeConfig(backend="sdpa", **settings))
     assert [c.token_ids for c in fast.candidates] == [c.token_ids for c in eager.candidates]
     assert all(set(c.token_ids) <= set(kept_embedding(reduced).kept.tolist()) for c in eager.candidates)
+    assert LeanDecoder(reduced, weights="fp8").head is None  # a few hundred rows: the head stays bf16
 
 
 def test_reduced_checkpoint_round_trips_and_refuses_a_wrong_id_list(reduced, kept, planning_prompt, tmp_path):

@@ -39,6 +39,8 @@ class GuidedCache:
     """Two ``BlockCache``s decoded in step: the prompt's and the reference prompt's; ``denoise`` returns the
     guided hidden states ``h + weight * (h - h_reference)``."""
 
+    fp8_head = None  # the model's own LM head scores (``BlockCache.fp8_head``)
+
     def __init__(self, model, block_size: int, rows: int, reference: PromptTensors, weight: float) -> None:
         self.main = BlockCache(model, block_size, rows)
         self.reference_cache = BlockCache(model, block_size, rows)

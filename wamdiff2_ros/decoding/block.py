@@ -22,12 +22,12 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
 from wamdiff2_ros.decoding.config import DecodeConfig, DecodeResult
+from wamdiff2_ros.decoding.fp8 import answer_logits
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.result import finish_result
 from wamdiff2_ros.decoding.sampling import RowSampling
 from wamdiff2_ros.decoding.step import BlockBudget, constrain, denoise_step, fill_leftovers, step_schedule
-from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import SpecialIds
 
@@ -189,7 +189,7 @@ class HostSteps:
             self.pending = None
         else:
             hidden = self.cache.denoise(self.tokens)
-        logits = head_logits(self.model, hidden, self.columns)  # (K, B, C)
+        logits = answer_logits(self.model, hidden, self.columns, self.cache.fp8_head)  # (K, B, C)
         self.logits = constrain(
             logits, self.tokens, self.masked, self.config, self.grammar, self.budget, self.ids.mask
         )
@@ -259,7 +259,7 @@ def decode_block(
         config: decode settings (block size, steps, rule, temperature, seed, budget, cache order).
         grammar: the answer grammar (planning or detection) when ``config.grammar`` is set.
         ids: special token ids.
-        cache: a cache with ``BlockCache``'s methods to decode over (the fast path passes a
+        cache: a cache with ``BlockCache``'s methods and ``fp8_head`` to decode over (the fast path passes a
             ``static_cache.StaticBlockCache`` for this B and K); a fresh ``BlockCache`` when None.
 
     Returns:

@@ -62,10 +62,10 @@ class DecodeConfig:
             its twin. The first forward of each shape compiles (seconds to a minute on a GPU).
         weights: fast path only: ``bf16`` (the model's own weights), ``fp8`` (opt-in: the text layers'
             matrices in FP8 with row-wise scales, W8A8 through ``torch._scaled_mm`` in fused layers:
-            decoding/fp8_fused.py) or ``fp8_weight_only``
-            (the same weights times bf16 activations, W8A16 through a Triton kernel; decoding/fp8.py). Not
-            the default until a trained model shows the quality holds (fp8 is the faster on the H200)
-            (docs/DECISIONS.md).
+            decoding/fp8_fused.py, and a full vocabulary's LM head where a step scores every column) or
+            ``fp8_weight_only`` (the same weights times bf16 activations, W8A16 through a Triton kernel;
+            decoding/fp8.py). Not the default until a trained model shows the quality holds (fp8 is the
+            faster on the H200) (docs/DECISIONS.md).
         prompt_attention: fast path only: the prompt's attention; ``auto`` (on CUDA for the ``flashinfer``
             and ``triton`` backends ``flex`` from 1,600 prompt tokens and ``sdpa`` below, else the backend's
             own, FlashInfer for ``triton``: ``attention.prompt_backend``),

@@ -19,17 +19,18 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.cuda_graph import capture
 from wamdiff2_ros.decoding.device_grammar import DeviceGrammar
 from wamdiff2_ros.decoding.fast_model import compiled
+from wamdiff2_ros.decoding.fp8 import Fp8Weight, answer_logits
 from wamdiff2_ros.decoding.grammar import TokenGrammar
 from wamdiff2_ros.decoding.sampling import RowSampling, sample_tokens
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
 from wamdiff2_ros.decoding.step import step_schedule
-from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.tokenizer import SpecialIds
 from wamdiff2_ros.model.vocab import kept_embedding
 
 
 def step_tail(
     model: torch.nn.Module,
+    fp8_head: Fp8Weight | None,
     hidden: torch.Tensor,
     tokens: torch.Tensor,
     masked: torch.Tensor,
@@ -47,6 +48,7 @@ def step_tail(
 
     Args:
         model: the model (its LM head).
+        fp8_head: the LM head in FP8 for steps that score every column (``fp8.answer_logits``), or None.
         hidden: (K, B, H) final hidden states of the block.
         tokens: (K, B) block tokens.
         masked: (K, B) bool, positions still masked.
@@ -66,7 +68,8 @@ def step_tail(
         logits (K, B, C; None without a grammar), () int64 1 if some position was masked before the step,
         and () bool True if the grammar left a masked position without any allowed token (a bug).
     """
-    logits = head_logits(model, hidden, None if grammar is None else grammar.token_ids)  # (K, B, C)
+    columns = None if grammar is None else grammar.token_ids
+    logits = answer_logits(model, hidden, columns, fp8_head)  # (K, B, C)
     if grammar is None:
         if config.suppress_mask_token:
             logits = logits.clone()  # an index write, as step.constrain does (Inductor miscompiles a mask)
@@ -264,6 +267,7 @@ class DeviceSteps:
             hidden = self.cache.raw_forward(self.tokens)
         tokens, masked, probability, x0, x0_probability, logits, counted, dead = self.tail(
             self.cache.model,
+            self.cache.fp8_head,
             hidden,
             self.tokens,
             self.masked,

@@ -78,8 +78,8 @@ class LeanDecoder:
         compile: run the work between attention calls through ``torch.compile`` (the uncompiled functions
             are its exact twin): the answer forward's per shape, the prompt prefill's for any length.
         weights: ``bf16``: the model's own weights; ``fp8`` (W8A8) or ``fp8_weight_only`` (W8A16): the
-            layers' four matrices quantised to FP8 at construction (decoding/fp8.py; the embedding, norms
-            and LM head stay as they are).
+            layers' four matrices quantised to FP8 at construction (decoding/fp8.py; the embedding and
+            norms stay as they are), with ``fp8`` a full vocabulary's LM head too (``head``).
         fused: with ``fp8``, the layers of decoding/fp8_fused.py (the activation quantisation and the
             scales inside the norm, SiLU and rotary kernels); off, the unfused products, their twin.
 
@@ -142,6 +142,9 @@ class LeanDecoder:
         ]
         self.compile, self.weights = compile, weights
         self.fused = fused and weights == "fp8"
+        # W8A8: the LM head too, for the steps that score every column (no grammar; fp8.answer_logits). A
+        # reduced vocabulary's head is a few hundred rows: it stays as it is.
+        self.head = quantize_weight(model.lm_head.weight) if weights == "fp8" and kept is None else None
         pieces = (
             lean_layers.begin,
             lean_layers.between,

@@ -46,9 +46,15 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
-def quantize_weight(weight: torch.Tensor) -> Fp8Weight:
-    """A bf16 (or fp32) weight (N, K) in FP8 with per-output-row scales."""
-    data, scale = quantize_rows(weight.detach())
+def quantize_weight(weight: torch.Tensor, chunk: int = 16_384) -> Fp8Weight:
+    """A bf16 (or fp32) weight (N, K) in FP8 with per-output-row scales, ``chunk`` rows at a time (the LM
+    head's 151,936 rows at once would take two fp32 copies, 2.5 GB at the 2b preset)."""
+    weight = weight.detach()
+    data = torch.empty(weight.shape, dtype=FP8, device=weight.device)
+    scale = torch.empty((weight.shape[0], 1), dtype=torch.float32, device=weight.device)
+    for first in range(0, weight.shape[0], chunk):
+        rows = slice(first, first + chunk)
+        data[rows], scale[rows] = quantize_rows(weight[rows])
     return Fp8Weight(data, scale.reshape(1, -1), torch.ones((), device=weight.device))
 
 
@@ -81,6 +87,25 @@ def fp8_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
     rows, scale = quantize_rows(x.reshape(-1, x.shape[-1]))
     out = torch._scaled_mm(rows, weight.data.t(), scale_a=scale, scale_b=weight.scale, out_dtype=x.dtype)
     return out.view(*x.shape[:-1], -1)
+
+
+def answer_logits(
+    model: torch.nn.Module, hidden: torch.Tensor, token_ids: torch.Tensor | None, head: Fp8Weight | None
+) -> torch.Tensor:
+    """``model/forward.py head_logits`` of final hidden states (K, n, H), through ``head``, the LM head in
+    FP8 (``LeanDecoder.head``), where every column is scored: (K, n, V) float32. The full head is 0.62 GB
+    of bf16 a step at the 2b preset (151,936 x 2,048): ~155 us at 32 rows on the H200 against ~85 for the
+    unscaled FP8 product, ~224 against ~165 at K = 8's 256 rows (docs/BENCHMARKS.md, "FP8 weights";
+    docs/log/fp8-h200-2026-12-01.json). A grammar's few columns (``token_ids``) keep the model's own
+    rows: gathering them costs little."""
+    from wamdiff2_ros.model.forward import head_logits
+
+    if head is None or token_ids is not None:
+        return head_logits(model, hidden, token_ids)
+    rows, scale = quantize_rows(hidden.reshape(-1, hidden.shape[-1]))
+    raw = torch._scaled_mm(rows, head.data.t(), scale_a=head.one, scale_b=head.one, out_dtype=torch.bfloat16)
+    # raw * scale is fp32 (type promotion); the second scale in place: one pass fewer where not compiled
+    return (raw * scale).mul_(head.scale).view(*hidden.shape[:-1], -1)
 
 
 def dequantized_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:

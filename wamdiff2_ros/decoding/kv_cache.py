@@ -27,6 +27,8 @@ class BlockCache:
         rows: K candidate rows sharing the prompt.
     """
 
+    fp8_head = None  # the model's own LM head scores (``StaticBlockCache.fp8_head``)
+
     def __init__(self, model: Qwen3VLForConditionalGeneration, block_size: int, rows: int = 1) -> None:
         self.model = model
         self.block_size = block_size

@@ -26,6 +26,7 @@ from wamdiff2_ros.decoding.attention.base import Attention
 from wamdiff2_ros.decoding.cuda_graph import ForwardGraphs, ShapeGraphs
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
 from wamdiff2_ros.decoding.fast_vision import LeanVision
+from wamdiff2_ros.decoding.fp8 import Fp8Weight
 from wamdiff2_ros.decoding.kv_buffers import StaticKVCache
 from wamdiff2_ros.decoding.prefill import PromptInputs, PromptLayouts, prompt_inputs
 from wamdiff2_ros.errors import InputError
@@ -121,6 +122,11 @@ class StaticBlockCache:
             self.graphs = ForwardGraphs(self.raw_forward)
         if prompt_graphs:
             self.prompt_graphs = ShapeGraphs(self._raw_prefill_text)
+
+    @property
+    def fp8_head(self) -> Fp8Weight | None:
+        """The lean decoder's FP8 LM head, or None (the model's own head scores: ``fp8.answer_logits``)."""
+        return self.decoder.head
 
     def _prompt_attention(self, length: int) -> Attention:
         """The attention of a prompt of ``length`` tokens, over row 0, planned as captured (a wrapper per

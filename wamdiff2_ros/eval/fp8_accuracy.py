@@ -2,7 +2,8 @@
 
 Three measures over a fixed prompt set, each FP8 against the same fast path with the model's weights:
 the hidden state after every layer of the prompt's prefill (the error as it accumulates through depth), the
-first answer block's logits (relative error and how often the top token agrees), and whole greedy answers
+first answer block's logits (through the FP8 LM head where the decoder has one: a full vocabulary's;
+relative error and how often the top token agrees), and whole greedy answers
 (planning grammar on, the node's B32 S8 dynamic rule): answers identical and tokens equal position by
 position. ``wamdiff2 bench fp8`` prints them; docs/BENCHMARKS.md records them.
 """
@@ -19,8 +20,8 @@ from wamdiff2_ros.decoding.config import PLAN_STEPS, DecodeConfig
 from wamdiff2_ros.decoding.engine import decode, planning_grammar
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.fast_model import LeanDecoder
+from wamdiff2_ros.decoding.fp8 import answer_logits
 from wamdiff2_ros.decoding.static_cache import StaticBlockCache
-from wamdiff2_ros.model.forward import head_logits
 from wamdiff2_ros.model.prompt import PromptTensors
 from wamdiff2_ros.model.tokenizer import MASK_ID
 from wamdiff2_ros.model.vocab import available_ids
@@ -69,7 +70,8 @@ def _first_block_logits(model, prompt: PromptTensors, decoder: LeanDecoder, back
     cache = StaticBlockCache(model, 32, 1, prompt.length, 32, backend=backend, decoder=decoder)
     cache.prefill(prompt)
     block = torch.full((1, 32), MASK_ID, device=model.device)
-    return head_logits(model, cache.write_and_denoise(block[:, :0], block))[0]  # (32, V)
+    hidden = cache.write_and_denoise(block[:, :0], block)
+    return answer_logits(model, hidden, None, decoder.head)[0]  # (32, V): FP8's LM head included
 
 
 def measure(
