@@ -11,6 +11,7 @@ forward is still slower than bf16, since the quantisation and the multiply are k
 ``dequantized_linear`` is the exact slow twin: the same quantised operands, dequantised to fp32 and
 multiplied by F.linear. ``fp8_weight_only`` keeps the same weights (``Fp8WeightOnly``) and leaves the
 activations in bf16: a Triton kernel converts the weights in registers (decoding/fp8_kernel.py).
+``answer_logits`` scores a step through the LM head in FP8 where every column is scored (``fp8``).
 """
 
 from __future__ import annotations

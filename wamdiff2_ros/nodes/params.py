@@ -118,8 +118,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         "decoder.weights",
         _DECODE.weights,
         "Text-layer weights of the fast backends: bf16 (the model's own), fp8 (opt-in: W8A8 with row-wise "
-        "scales, quantised at load) or fp8_weight_only (opt-in: the same weights, bf16 activations, a "
-        "Triton kernel); docs/DECISIONS.md says what their speed and accuracy are known to be.",
+        "scales, quantised at load; a full vocabulary's LM head too, without a grammar) or fp8_weight_only "
+        "(opt-in: the same weights, bf16 activations, a Triton kernel); docs/DECISIONS.md says what their "
+        "speed and accuracy are known to be.",
         choices=WEIGHT_FORMATS,
     ),
     Param(
