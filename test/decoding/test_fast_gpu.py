@@ -365,6 +365,22 @@ def test_fp8_scaled_mm_on_cuda_is_its_dequantised_twin(rows):
     assert error < 1e-2, f"relative error {error:.3g}"
 
 
+@pytest.mark.parametrize("rows", [32, 256])  # K = 1 and K = 8 blocks of 32
+def test_the_fp8_lm_head_at_the_2b_shape_is_its_dequantised_twin_compiled_or_not(rows):
+    from wamdiff2_ros.decoding import fp8
+    from wamdiff2_ros.decoding.fast_model import compiled
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    head = fp8.quantize_weight(torch.randn(151_936, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
+    hidden = torch.randn(1, rows, 2048, device="cuda", generator=generator).bfloat16()
+    got = fp8.answer_logits(None, hidden, None, head)  # the model is read only for a grammar's columns
+    q, scale = fp8.quantize_rows(hidden[0])
+    twin = (q.float() * scale) @ (head.data.float() * head.scale.reshape(-1, 1)).T
+    assert got.shape == (1, rows, 151_936) and _relative_error(got[0], twin) < 1e-2
+    top = compiled(lambda h: fp8.answer_logits(None, h, None, head).argmax(-1))(hidden)
+    assert torch.equal(top, got.argmax(-1))
+
+
 def test_compiled_graphed_fp8_forward_matches_uncompiled_fp8_and_stays_near_bf16(bf16_model, planning_prompt):
     size, rows = 8, 4
     blocks = [torch.randint(0, 151_000, (rows, size), device="cuda") for _ in range(3)]
