@@ -371,7 +371,8 @@ def test_the_fp8_lm_head_at_the_2b_shape_is_its_dequantised_twin_compiled_or_not
     from wamdiff2_ros.decoding.fast_model import compiled
 
     generator = torch.Generator(device="cuda").manual_seed(0)
-    head = fp8.quantize_weight(torch.randn(151_936, 2048, device="cuda", generator=generator).bfloat16() * 0.02)
+    weight = torch.randn(151_936, 2048, device="cuda", generator=generator).bfloat16() * 0.02
+    head = fp8.quantize_weight(weight)
     hidden = torch.randn(1, rows, 2048, device="cuda", generator=generator).bfloat16()
     got = fp8.answer_logits(None, hidden, None, head)  # the model is read only for a grammar's columns
     q, scale = fp8.quantize_rows(hidden[0])
