@@ -779,9 +779,14 @@ def _forward_variants(rows: int, variants: dict[str, dict[str, Any]]) -> dict[st
             pdl.PDL_MAX_ROWS = setting.get("max_rows", max_rows)
             fp8_fused.SWAP_AB.clear()
             fp8_fused.SWAP_AB.update({**table, **setting.get("launches", {})})
-            cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
-            cache.prefill(prompt)
-            cache.denoise(torch.full((rows, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
+            try:  # one variant that fails to build must not cost the call the others
+                cache = FastDecoder(model, config, prompt.length, device_loop=False).cache
+                cache.prefill(prompt)
+                cache.denoise(torch.full((rows, 32), MASK_ID, device=DEVICE))  # captures the forward's graph
+            except Exception as error:  # a probe: the error is the result
+                results[name] = {"error": repr(error)}
+                print(name, "failed:", repr(error), flush=True)
+                continue
             graph = cache.graphs.graphs[32][0]
 
             def replay(cache: Any = cache, graph: Any = graph) -> None:
