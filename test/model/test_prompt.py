@@ -122,6 +122,30 @@ def test_the_words_of_a_branch_distance_are_in_the_bundled_models_vocabulary(tok
         assert set(tokenizer(text, add_special_tokens=False)["input_ids"]) <= kept
 
 
+def test_a_route_ahead_is_written_like_an_answers_waypoints_after_the_word(tokenizer):
+    # `branch_route`: the padded answer style, so the route's numbers are the tokens the plan writes.
+    route = np.array([[9.7, -2.2], [19.3, -5.1], [28.8, -8.04], [38.4, -10.9]])
+    text = "right to (09.70,-02.20,19.30,-05.10,28.80,-08.04,38.40,-10.90)"
+    assert navigation_text("right", None, route) == text
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.vocab import read_kept
+
+    kept = set(read_kept(default_model_dir()))  # a round with routes can start from the bundled model
+    for command in COMMANDS:
+        text = chat_prompt_text(planning_user_text(command, (12.5, -0.3), (0.1, -1.2), None, -route), 1)
+        assert set(tokenizer(text, add_special_tokens=False)["input_ids"]) <= kept
+
+
+@pytest.mark.parametrize(
+    ("distance_m", "route"),
+    [(None, np.zeros((3, 2))), (None, np.full((4, 2), np.nan)), (12.0, np.zeros((4, 2)))],
+    ids=["three-points", "not-finite", "with-a-distance"],
+)
+def test_a_route_ahead_that_is_not_four_points_alone_is_an_input_error(distance_m, route):
+    with pytest.raises(InputError, match="route"):
+        navigation_text("left", distance_m, route)
+
+
 def test_formatted_waypoints_parse_back():
     waypoints = np.arange(16, dtype=np.float64).reshape(8, 2) * 1.25 - 3.0
     assert np.array_equal(parse_waypoints(format_waypoints(waypoints)), np.round(waypoints, 2))
@@ -157,12 +181,10 @@ def test_a_model_reads_the_command_rule_of_its_data_and_one_without_a_record_the
     assert read_command_rule(tmp_path) == "branch"
 
 
-@pytest.mark.parametrize("with_distance", [False, True], ids=["word", "word-and-distance"])
-def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(
-    tokenizer, front_image, with_distance
-):
+@pytest.mark.parametrize("rule", ["branch", "branch_distance", "branch_route"])
+def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(tokenizer, front_image, rule):
     # The fast path captures its text-prefill graphs per prompt length at warm-up from this enumeration.
-    variants = ego_states_of_every_prompt_length(tokenizer, with_distance)
+    variants = ego_states_of_every_prompt_length(tokenizer, rule)
     lengths = [build_planning_prompt(tokenizer, front_image, *variant).length for variant in variants]
     assert len(lengths) == len(set(lengths)) >= 2
     rng = np.random.default_rng(0)
@@ -170,9 +192,11 @@ def test_every_prompt_length_an_ego_state_gives_is_among_the_enumerated_ones(
         velocity = (float(rng.uniform(-5.0, 45.0)), float(rng.uniform(-3.0, 3.0)))
         acceleration = tuple(float(a) for a in rng.uniform(-12.0, 12.0, size=2))
         command = COMMANDS[int(rng.integers(len(COMMANDS)))]
-        distance = float(rng.uniform(0.0, 150.0)) if with_distance and rng.random() < 0.7 else None
-        prompt = build_planning_prompt(tokenizer, front_image, command, velocity, acceleration, distance)
-        assert prompt.length in lengths
+        told = rng.random() < 0.7
+        distance = float(rng.uniform(0.0, 150.0)) if rule == "branch_distance" and told else None
+        route = rng.uniform(-40.0, 40.0, size=(4, 2)) if rule == "branch_route" else None
+        state = (command, velocity, acceleration, distance, route)
+        assert build_planning_prompt(tokenizer, front_image, *state).length in lengths
 
 
 @pytest.mark.parametrize("size_hw", [(96, 128), (360, 640), (1080, 1920)], ids=["20", "220", "1980-tokens"])

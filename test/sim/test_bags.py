@@ -23,7 +23,8 @@ def drive(tmp_path_factory):
     for _ in range(TICKS):
         snapshot = scene.snapshot()
         image = render_front(CAMERA, scene.lanes, snapshot).image_rgb
-        ticks.append(DriveTick(snapshot, image, *navigation(scene, snapshot.ego.xy, "branch_distance")))
+        told = navigation(scene, snapshot.ego.xy, "branch_distance")
+        ticks.append(DriveTick(snapshot, image, told.command, told.distance_m))
         scene.step()
     path = tmp_path_factory.mktemp("bags") / "drive"
     assert write_drive_bag(path, CAMERA, ticks) == TICKS

@@ -9,6 +9,7 @@ import pytest
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, map_to_ego
+from wamdiff2_ros.model.prompt import ROUTE_AHEAD_ARC_M
 from wamdiff2_ros.sim.expert import (
     HORIZON_TICKS,
     TICKS_PER_WAYPOINT,
@@ -16,6 +17,7 @@ from wamdiff2_ros.sim.expert import (
     navigation,
     navigation_command,
     record_drive,
+    route_ahead,
     sample_indices,
 )
 from wamdiff2_ros.sim.render import render_front
@@ -101,13 +103,40 @@ def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the
     # The `branch_distance` rule says the same word as `branch` and how far along the route its branch is.
     scene, branch, arc = _turning_intersection()
     for xy, arc_m in zip(scene.route_map, arc, strict=True):
-        word, distance = navigation(scene, xy, "branch_distance")
-        assert navigation(scene, xy, "branch") == (word, None)  # the same word, and no distance
+        word, distance, route = navigation(scene, xy, "branch_distance")
+        assert navigation(scene, xy, "branch") == (word, None, None)  # the same word, and no distance
+        assert route is None
         if word == "straight":
             assert distance is None
         else:
             assert distance == pytest.approx(max(branch.node_arc_m - arc_m, 0.0), abs=1e-6)
             assert distance <= 50.0
+
+
+def test_the_route_ahead_is_the_routes_shape_in_its_own_frame_wherever_the_ego_stands():
+    # `branch_route`: the word of `branch` and the route's points 10..40 m on, in the route's frame at the
+    # ego's nearest route point, so a lane change or a drift off the centreline does not move them.
+    scene, branch, arc = _turning_intersection()
+    for index in range(0, len(scene.route_map) - 30, 7):
+        xy = scene.route_map[index]
+        told = navigation(scene, xy, "branch_route")
+        assert told[:2] == navigation(scene, xy, "branch")[:2]
+        heading = np.arctan2(*(scene.route_map[index + 1] - xy)[::-1])
+        arc_ahead = arc[index:] - arc[index]
+        points = [np.interp(ROUTE_AHEAD_ARC_M, arc_ahead, scene.route_map[index:, k]) for k in (0, 1)]
+        expected = map_to_ego(np.stack(points, axis=1), xy, heading)
+        np.testing.assert_allclose(told.route_ahead_m, expected, atol=1e-9)
+        side = xy + 1.5 * np.array([-np.sin(heading), np.cos(heading)])  # 1.5 m to the left of the route
+        np.testing.assert_allclose(navigation(scene, side, "branch_route").route_ahead_m, expected, atol=1e-9)
+    # the turn shows: somewhere before the junction the route's 40 m point is well to the side the word says
+    ends = [navigation(scene, xy, "branch_route").route_ahead_m[-1, 1] for xy in scene.route_map[:-30]]
+    assert max(ends) > 10.0 if branch.command == "left" else min(ends) < -10.0
+
+
+def test_past_the_routes_end_the_route_ahead_goes_on_straight():
+    route = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]])  # 10 m east, then 10 m north, then the end
+    ahead = route_ahead(route, np.array([0.5, -1.0]))
+    np.testing.assert_allclose(ahead, [[10.0, 0.0], [10.0, 10.0], [10.0, 20.0], [10.0, 30.0]], atol=1e-9)
 
 
 def test_an_unknown_command_rule_is_refused():

@@ -8,7 +8,7 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
-from wamdiff2_ros.model.prompt import planning_user_text
+from wamdiff2_ros.model.prompt import format_values, planning_user_text
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate, load_command_rule, standing_start
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
@@ -165,3 +165,19 @@ def test_the_branch_distance_rule_writes_the_distance_into_prompts_and_truth(tmp
         assert f"The navigation information is: {words}\n" in prompts[truth["id"]]
         assert export.ground_truth_from_line(truth).command_distance_m == distance
     assert load_command_rule(tmp_path) == "branch_distance"
+
+
+def test_the_branch_route_rule_writes_the_routes_shape_into_prompts_and_truth(tmp_path):
+    config = GenerateConfig(
+        tmp_path, samples=4, seed=4, camera=Camera().scaled_to_width(64), workers=1,
+        scene_kind="roundabout", command_rule="branch_route",
+    )  # fmt: skip
+    generate(config, progress=False)
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    prompts = {r.id: r.user_text for r in load_records(tmp_path / "planning.json", "planning")}
+    for truth in truths:
+        route = export.ground_truth_from_line(truth).route_ahead_m
+        assert route.shape == (4, 2) and truth["command_distance_m"] is None
+        words = f"{truth['command']} to ({format_values(route, min_int_digits=2)})"
+        assert f"The navigation information is: {words}\n" in prompts[truth["id"]]
+    assert load_command_rule(tmp_path) == "branch_route"

@@ -28,7 +28,6 @@ from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
-    DISTANCE_COMMAND_RULE,
     MAX_PIXELS,
     NUM_WAYPOINTS,
     build_planning_prompt,
@@ -53,6 +52,8 @@ class DrivingInputs:
         acceleration_mps2: (ax, ay) in the ego frame.
         command_distance_m: distance along the route to the command's branch, for a model trained on the
             ``branch_distance`` rule (``model.prompt.planning_user_text``); None where unknown.
+        route_ahead_m: the route's shape ahead (``model.prompt.ROUTE_AHEAD_ARC_M``), for a model trained
+            on the ``branch_route`` rule; None where unknown.
     """
 
     image_rgb: np.ndarray
@@ -60,6 +61,7 @@ class DrivingInputs:
     velocity_mps: tuple[float, float]
     acceleration_mps2: tuple[float, float]
     command_distance_m: float | None = None
+    route_ahead_m: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ class Planner:
             inputs.velocity_mps,
             inputs.acceleration_mps2,
             inputs.command_distance_m,
+            inputs.route_ahead_m,
             max_pixels=self.max_pixels,
         )
         preprocess_s = time.perf_counter() - started
@@ -249,8 +252,8 @@ class Planner:
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
         if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
-            with_distance = command_rule_of(self.loaded.model.config) == DISTANCE_COMMAND_RULE
-            for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, with_distance):
+            rule = command_rule_of(self.loaded.model.config)
+            for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, rule):
                 self.plan(DrivingInputs(frame, *state))
         return time.perf_counter() - started
 

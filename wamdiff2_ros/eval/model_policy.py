@@ -58,6 +58,7 @@ class ModelPolicy:
                 velocity_mps=tuple(float(v) for v in observation.velocity_ego_mps),
                 acceleration_mps2=tuple(float(a) for a in observation.accel_ego_mps2),
                 command_distance_m=observation.command_distance_m,
+                route_ahead_m=observation.route_ahead_m,
             )
         )
         self.plans += 1

@@ -33,13 +33,20 @@ MIN_INT_DIGITS_KEY = "planning_min_int_digits"
 # goes at its next junction or roundabout exit (what CARLA's route options say); ``heading``, the route's
 # heading change over 50 m (ambiguous in roundabouts); ``branch_distance``, ``branch``'s word with the
 # distance along the route to that branch ("right in 35m", as route guidance says it: the word alone tells
-# which way, not when). A model's config.json names the rule of its training data under COMMAND_RULE_KEY;
-# data and models from before the key existed were made with the legacy rule.
-COMMAND_RULES = ("branch", "heading", "branch_distance")
+# which way, not when); ``branch_route``, ``branch``'s word with the route's shape ahead (where the road the
+# route takes goes: which exit of a roundabout, how sharp a turn, what CARLA's global plan gives an agent). A
+# model's config.json names the rule of its training data under COMMAND_RULE_KEY; data and models from
+# before the key existed were made with the legacy rule.
+COMMAND_RULES = ("branch", "heading", "branch_distance", "branch_route")
 DEFAULT_COMMAND_RULE = "branch"
 LEGACY_COMMAND_RULE = "heading"
 COMMAND_RULE_KEY = "navigation_command_rule"
 DISTANCE_COMMAND_RULE = "branch_distance"
+ROUTE_COMMAND_RULE = "branch_route"
+# The route's shape (``branch_route``): its points this far along it from the ego's nearest route point, in
+# the route's own frame there (x along its direction, y to its left), so that a lane change or a drift off
+# the centreline does not move them; written like an answer's waypoints (padded: the same tokens).
+ROUTE_AHEAD_ARC_M = (10.0, 20.0, 30.0, 40.0)
 # A branch distance is written in whole metres, at most this (two digits: a fixed set of prompt lengths).
 MAX_COMMAND_DISTANCE_M = 99
 
@@ -51,16 +58,29 @@ def _pair(values: Sequence[float], name: str) -> str:
     return f"({values[0] + 0.0:.2f},{values[1] + 0.0:.2f})"
 
 
-def navigation_text(command: str, distance_m: float | None = None) -> str:
-    """The navigation information of the prompt: the word, or ``right in 35m`` with a branch distance.
+def navigation_text(
+    command: str, distance_m: float | None = None, route_ahead_m: np.ndarray | None = None
+) -> str:
+    """The navigation information of the prompt: the word, ``right in 35m`` with a branch distance, or
+    ``right to (10.00,00.00,19.90,-01.30,...)`` with the route's shape ahead (``ROUTE_AHEAD_ARC_M``).
 
     The distance is rounded to whole metres and capped at ``MAX_COMMAND_DISTANCE_M``.
 
     Raises:
-        InputError: unknown command, or a distance that is negative or not finite.
+        InputError: unknown command, a distance that is negative or not finite, a route of another shape
+            or with non-finite points, or both a distance and a route.
     """
     if command not in COMMANDS:
         raise InputError(f"navigation command must be one of {COMMANDS}, got {command!r}")
+    if route_ahead_m is not None:
+        if distance_m is not None:
+            raise InputError("a navigation command takes a branch distance or a route, not both")
+        route = np.asarray(route_ahead_m, dtype=np.float64)
+        if route.shape != (len(ROUTE_AHEAD_ARC_M), 2) or not np.isfinite(route).all():
+            raise InputError(
+                f"route ahead must be {len(ROUTE_AHEAD_ARC_M)} finite (x, y) points, got {route!r}"
+            )
+        return f"{command} to ({format_values(route, min_int_digits=2)})"
     if distance_m is None:
         return command
     if not np.isfinite(distance_m) or distance_m < 0.0:
@@ -73,6 +93,7 @@ def planning_user_text(
     velocity_mps: Sequence[float],
     acceleration_mps2: Sequence[float],
     distance_m: float | None = None,
+    route_ahead_m: np.ndarray | None = None,
 ) -> str:
     """The human turn of the planning prompt, with ``<image>`` where the front image goes.
 
@@ -82,14 +103,15 @@ def planning_user_text(
         acceleration_mps2: ego acceleration (ax, ay) in the ego frame.
         distance_m: distance along the route to the branch the command is about (the ``branch_distance``
             rule); None writes the word alone, as the reference does.
+        route_ahead_m: the route's shape ahead (``ROUTE_AHEAD_ARC_M``; the ``branch_route`` rule) or None.
 
     Raises:
-        InputError: unknown command, a bad distance or non-finite numbers.
+        InputError: unknown command, a bad distance or route, or non-finite numbers.
     """
     return "\n".join(
         (
             f"Here is a front-view images from a driving vehicle: {IMAGE_PLACEHOLDER}",
-            f"The navigation information is: {navigation_text(command, distance_m)}",
+            f"The navigation information is: {navigation_text(command, distance_m, route_ahead_m)}",
             "The current position is (0.00,0.00)",
             f"The current velocity is: {_pair(velocity_mps, 'velocity')} and current accelerate is: "
             f"{_pair(acceleration_mps2, 'acceleration')}",
@@ -98,28 +120,35 @@ def planning_user_text(
     )
 
 
-EgoState = tuple[str, tuple[float, float], tuple[float, float], float | None]
+EgoState = tuple[str, tuple[float, float], tuple[float, float], float | None, np.ndarray | None]
 
 
 def ego_states_of_every_prompt_length(
-    tokenizer: PreTrainedTokenizerBase, with_distance: bool = False
+    tokenizer: PreTrainedTokenizerBase, command_rule: str = DEFAULT_COMMAND_RULE
 ) -> list[EgoState]:
-    """One (command, velocity, acceleration, distance) per token count the planning prompt can have
-    (|values| < 100).
+    """One (command, velocity, acceleration, distance, route) per token count the planning prompt of a model
+    reading ``command_rule`` can have (|values| < 100).
 
     Qwen's tokenizer makes every digit its own token, so a number's tokens depend only on its sign and its
     count of integer digits: trying each of those shapes for the four numbers, with every command, meets
-    every length (five for the Qwen3 tokenizer). ``with_distance`` adds the branch distance's shapes (none,
-    one digit, two) for a model that reads one. Fast paths that capture per prompt length warm them all.
+    every length (five for the Qwen3 tokenizer). ``branch_distance`` adds the branch distance's shapes (none,
+    one digit, two), ``branch_route`` the route's (padded values: their signs). Fast paths that capture per
+    prompt length warm them all.
     """
     shapes = (1.25, 12.25, -1.25, -12.25)
-    distances = (None, 5.0, 35.0) if with_distance else (None,)
+    distances = (None, 5.0, 35.0) if command_rule == DISTANCE_COMMAND_RULE else (None,)
+    routes = (None,)
+    if command_rule == ROUTE_COMMAND_RULE:
+        arcs = np.asarray(ROUTE_AHEAD_ARC_M)
+        routes = tuple(
+            np.stack([sign_x * arcs, sign_y * arcs / 4], axis=1) for sign_x in (1, -1) for sign_y in (1, -1)
+        )
     by_length: dict[int, EgoState] = {}
-    for command, distance_m in itertools.product(COMMANDS, distances):
+    for command, distance_m, route in itertools.product(COMMANDS, distances, routes):
         for vx, vy, ax, ay in itertools.product(shapes, repeat=4):
-            text = chat_prompt_text(planning_user_text(command, (vx, vy), (ax, ay), distance_m), 1)
+            text = chat_prompt_text(planning_user_text(command, (vx, vy), (ax, ay), distance_m, route), 1)
             length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            by_length.setdefault(length, (command, (vx, vy), (ax, ay), distance_m))
+            by_length.setdefault(length, (command, (vx, vy), (ax, ay), distance_m, route))
     return [by_length[length] for length in sorted(by_length)]
 
 
@@ -135,8 +164,14 @@ def format_waypoints(waypoints_ego: np.ndarray, min_int_digits: int = 1) -> str:
         raise InputError(
             f"waypoints must be a finite ({NUM_WAYPOINTS}, 2) array, got shape {waypoints_ego.shape}"
         )
+    return format_values(waypoints_ego.reshape(-1), min_int_digits)
+
+
+def format_values(values: np.ndarray, min_int_digits: int = 1) -> str:
+    """Numbers as an answer writes them: comma-separated, 2 decimals, at least ``min_int_digits`` integer
+    digits."""
     width = min_int_digits + 3  # integer digits, the point, two decimals
-    return ",".join(("-" if v < 0 else "") + f"{abs(v):0{width}.2f}" for v in waypoints_ego.reshape(-1))
+    return ",".join(("-" if v < 0 else "") + f"{abs(v):0{width}.2f}" for v in np.asarray(values).reshape(-1))
 
 
 def answers_min_int_digits(answers: Sequence[str]) -> int:
@@ -265,6 +300,7 @@ def build_planning_prompt(
     velocity_mps: Sequence[float],
     acceleration_mps2: Sequence[float],
     distance_m: float | None = None,
+    route_ahead_m: np.ndarray | None = None,
     *,
     min_pixels: int = MIN_PIXELS,
     max_pixels: int = MAX_PIXELS,
@@ -278,6 +314,7 @@ def build_planning_prompt(
         velocity_mps: (vx, vy) in the ego frame.
         acceleration_mps2: (ax, ay) in the ego frame.
         distance_m: distance to the command's branch (``planning_user_text``), None for the word alone.
+        route_ahead_m: the route's shape ahead (``planning_user_text``), None for none.
         min_pixels: smallest resized image area.
         max_pixels: largest resized image area.
 
@@ -287,7 +324,7 @@ def build_planning_prompt(
     Raises:
         InputError: bad command or distance, non-finite state, or unusable image.
     """
-    user_text = planning_user_text(command, velocity_mps, acceleration_mps2, distance_m)
+    user_text = planning_user_text(command, velocity_mps, acceleration_mps2, distance_m, route_ahead_m)
     return build_prompt(tokenizer, user_text, image, min_pixels=min_pixels, max_pixels=max_pixels)
 
 

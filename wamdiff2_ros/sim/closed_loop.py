@@ -38,6 +38,7 @@ class Observation:
     command: str  # left | straight | right
     time_s: float
     command_distance_m: float | None = None  # to the command's branch, for a policy whose rule gives one
+    route_ahead_m: np.ndarray | None = None  # the route's shape ahead, for a policy whose rule gives it
 
 
 class Policy(Protocol):
@@ -134,8 +135,10 @@ def _kinematic_ego(scene: Scene):
 def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -> Observation:
     velocity, accel = ego_motion(snapshot)
     image = render_front(camera, scene.lanes, snapshot).image_rgb if policy.needs_image else None
-    command, distance_m = navigation(scene, snapshot.ego.xy, policy.command_rule)
-    return Observation(image, velocity, accel, command, snapshot.time_s, distance_m)
+    told = navigation(scene, snapshot.ego.xy, policy.command_rule)
+    return Observation(
+        image, velocity, accel, told.command, snapshot.time_s, told.distance_m, told.route_ahead_m
+    )
 
 
 def run_episode(

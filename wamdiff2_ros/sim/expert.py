@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,6 +20,8 @@ from wamdiff2_ros.model.prompt import (
     DEFAULT_COMMAND_RULE,
     DISTANCE_COMMAND_RULE,
     NUM_WAYPOINTS,
+    ROUTE_AHEAD_ARC_M,
+    ROUTE_COMMAND_RULE,
     WAYPOINT_DT_S,
 )
 from wamdiff2_ros.sim.engine import SIM_HZ
@@ -66,6 +69,9 @@ class GroundTruth:
     labels: tuple[str, ...]
     qa: tuple[tuple[str, str], ...]  # (question, answer) from scene facts
     command_distance_m: float | None = None  # to the command's branch (``navigation``); None: none given
+    route_ahead_m: np.ndarray | None = (
+        None  # (4, 2) the route's shape ahead (``navigation``); None: none given
+    )
 
 
 def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahead_m: float) -> float:
@@ -85,25 +91,30 @@ def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahe
 
 
 def navigation_command(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE) -> str:
-    """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``
-    (``navigation``'s first half)."""
-    return navigation(scene, position_xy, rule)[0]
+    """The route planner's word (``left`` / ``straight`` / ``right``) for the ego at ``position_xy``."""
+    return navigation(scene, position_xy, rule).command
 
 
-def navigation(
-    scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE
-) -> tuple[str, float | None]:
-    """The route planner's word for the ego at ``position_xy`` and, for the ``branch_distance`` rule, how
-    far along the route the branch it speaks of is (0 once the ego is past its node, through the turn;
-    None where no branch is near, and always for the other rules).
+class Navigation(NamedTuple):
+    """What the route planner tells the ego: the word, and what its rule adds (None otherwise)."""
 
-    ``branch`` (and ``branch_distance``, whose word it is): the way the route goes at its next branch within
-    50 m (``roads.RouteBranch``: which of the roads out of that node it takes, against the one that
-    continues), held through a turn until the turning lane ends; ``straight`` where no branch is near. What
-    CARLA's route options say at junctions. ``heading`` (the legacy rule): ``left`` / ``right`` when the
-    route turns by more than 45 degrees within 50 m; in a roundabout its word before an exit depends on how
-    far round the route goes after it (``straight`` before most exits a route takes, and before some it
-    passes).
+    command: str
+    distance_m: float | None = None  # ``branch_distance``: along the route to the branch the word is about
+    route_ahead_m: np.ndarray | None = None  # ``branch_route``: ``route_ahead``
+
+
+def navigation(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAND_RULE) -> Navigation:
+    """What the route planner tells the ego at ``position_xy`` under ``rule``.
+
+    ``branch`` (and ``branch_distance`` and ``branch_route``, whose word it is): the way the route goes at
+    its next branch within 50 m (``roads.RouteBranch``: which of the roads out of that node it takes, against
+    the one that continues), held through a turn until the turning lane ends; ``straight`` where no branch is
+    near. What CARLA's route options say at junctions. ``branch_distance`` adds how far along the route that
+    branch is (0 once the ego is past its node, through the turn; None where no branch is near);
+    ``branch_route`` the route's shape ahead (``route_ahead``), everywhere. ``heading`` (the legacy rule):
+    ``left`` / ``right`` when the route turns by more than 45 degrees within 50 m; in a roundabout its word
+    before an exit depends on how far round the route goes after it (``straight`` before most exits a route
+    takes, and before some it passes).
 
     Raises:
         InputError: an unknown rule.
@@ -111,16 +122,38 @@ def navigation(
     if rule == "heading":
         change_rad = route_heading_change(scene.route_map, position_xy, COMMAND_LOOKAHEAD_M)
         if change_rad > TURN_THRESHOLD_RAD:
-            return "left", None
+            return Navigation("left")
         if change_rad < -TURN_THRESHOLD_RAD:
-            return "right", None
-        return "straight", None
+            return Navigation("right")
+        return Navigation("straight")
     if rule not in COMMAND_RULES:
         raise InputError(f"navigation command rule must be one of {COMMAND_RULES}, got {rule!r}")
     branch, arc_m = _branch_ahead(scene, position_xy)
+    route = route_ahead(scene.route_map, position_xy) if rule == ROUTE_COMMAND_RULE else None
     if branch is None:
-        return "straight", None
-    return branch.command, max(branch.node_arc_m - arc_m, 0.0) if rule == DISTANCE_COMMAND_RULE else None
+        return Navigation("straight", None, route)
+    distance_m = max(branch.node_arc_m - arc_m, 0.0) if rule == DISTANCE_COMMAND_RULE else None
+    return Navigation(branch.command, distance_m, route)
+
+
+def route_ahead(route_map: np.ndarray, position_xy: np.ndarray) -> np.ndarray:
+    """The route's shape ahead (``len(ROUTE_AHEAD_ARC_M)``, 2): its points ``ROUTE_AHEAD_ARC_M`` further
+    along it than the point nearest ``position_xy``, in the route's frame at that point (x along its
+    direction, y to its left). Past the route's end it goes on straight."""
+    nearest = min(int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1))), len(route_map) - 2)
+    ahead = route_map[nearest:]
+    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ahead, axis=0), axis=1))])
+    wanted = np.asarray(ROUTE_AHEAD_ARC_M)
+    points = np.stack([np.interp(wanted, arc_m, ahead[:, 0]), np.interp(wanted, arc_m, ahead[:, 1])], axis=1)
+    end_direction = _unit(route_map[-1] - route_map[-2])
+    beyond = wanted > arc_m[-1]
+    points[beyond] = ahead[-1] + (wanted[beyond] - arc_m[-1])[:, None] * end_direction
+    direction = _unit(ahead[1] - ahead[0])
+    return map_to_ego(points, ahead[0], float(np.arctan2(direction[1], direction[0])))
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return vector / np.linalg.norm(vector)
 
 
 def _branch_ahead(scene: Scene, position_xy: np.ndarray):
@@ -271,9 +304,9 @@ def ground_truth(
     velocity, accel = ego_motion(snapshot)
     agents = agent_futures(log, index)
     boxes = visible_boxes(frame)
-    command, distance_m = navigation(scene, snapshot.ego.xy, command_rule)
+    told = navigation(scene, snapshot.ego.xy, command_rule)
     return GroundTruth(
-        command=command,
+        command=told.command,
         velocity_ego_mps=velocity,
         accel_ego_mps2=accel,
         waypoints_ego=expert_waypoints(log, index),
@@ -282,7 +315,8 @@ def ground_truth(
         boxes_px=boxes,
         labels=("car",) * len(boxes),
         qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
-        command_distance_m=distance_m,
+        command_distance_m=told.distance_m,
+        route_ahead_m=told.route_ahead_m,
     )
 
 

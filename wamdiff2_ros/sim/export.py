@@ -39,7 +39,11 @@ def planning_record(sample_id: str, image_path: str, truth: GroundTruth, min_int
     """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``
     (``min_int_digits`` 2: the padded number style, ``model.prompt.format_waypoints``)."""
     user_text = planning_user_text(
-        truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2, truth.command_distance_m
+        truth.command,
+        truth.velocity_ego_mps,
+        truth.accel_ego_mps2,
+        truth.command_distance_m,
+        truth.route_ahead_m,
     )
     return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego, min_int_digits))
 
@@ -91,6 +95,7 @@ def ground_truth_line(sample_id: str, image_path: str, truth: GroundTruth) -> di
         "image": image_path,
         "command": truth.command,
         "command_distance_m": truth.command_distance_m,
+        "route_ahead_m": None if truth.route_ahead_m is None else _rounded(truth.route_ahead_m),
         "velocity_ego_mps": _rounded(truth.velocity_ego_mps),
         "accel_ego_mps2": _rounded(truth.accel_ego_mps2),
         "waypoints_ego": _rounded(truth.waypoints_ego),
@@ -128,4 +133,5 @@ def ground_truth_from_line(line: dict) -> GroundTruth:
         labels=tuple(line["labels"]),
         qa=tuple((q, a) for q, a in line["qa"]),
         command_distance_m=line.get("command_distance_m"),  # absent from lines written before the rule
+        route_ahead_m=None if line.get("route_ahead_m") is None else _array(line["route_ahead_m"], (2,)),
     )

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import (
     COMMANDS,
+    ROUTE_AHEAD_ARC_M,
     PromptTensors,
     build_prompt,
     chat_prompt_text,
@@ -165,11 +166,12 @@ def vocabulary_texts(folders: list[Path]) -> list[str]:
     """What a reduced vocabulary (``model/vocab.py``) must cover for scenes like the folders': every user turn
     of their task files in the chat template, every answer, and a planning prompt per command (the node also
     sends "unknown", which generated scenes never do), with and without a branch distance (the node sends one
-    to a ``branch_distance`` model, which may also see "unknown in 35m")."""
+    to a ``branch_distance`` model, which may also see "unknown in 35m") or a route's shape."""
+    route = np.stack([ROUTE_AHEAD_ARC_M, -np.asarray(ROUTE_AHEAD_ARC_M) / 4], axis=1)
     texts = [
-        chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0), d), 1)
+        chat_prompt_text(planning_user_text(c, (1.0, 0.0), (0.0, 0.0), d, r), 1)
         for c in COMMANDS
-        for d in (None, 35.0)
+        for d, r in ((None, None), (35.0, None), (None, route))
     ]
     for folder in folders:
         for task in ("planning", "detection", "qa"):
