@@ -21,7 +21,7 @@ from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.grammar import labels_in_prompt
 from wamdiff2_ros.decoding.result import grounding_scores
 from wamdiff2_ros.decoding.smoothing import smooth_waypoints
-from wamdiff2_ros.errors import ParseError
+from wamdiff2_ros.errors import InputError, ParseError
 from wamdiff2_ros.model.backbone import build_model
 from wamdiff2_ros.model.box_fusion import fused_answers
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
@@ -30,6 +30,8 @@ from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.prompt import (
     MAX_PIXELS,
     NUM_WAYPOINTS,
+    ROUTE_COMMAND_RULE,
+    STRAIGHT_ROUTE_AHEAD_M,
     build_planning_prompt,
     build_prompt,
     command_rule_of,
@@ -138,6 +140,7 @@ class Planner:
         self.config = replace(config, min_int_digits=min_int_digits_of(loaded.model.config))
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
+        self.command_rule = command_rule_of(loaded.model.config)
         # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
         self._grammars = AnswerGrammars(loaded.tokenizer, self.config, available_ids(loaded.model))
         self._grammar = self._grammars.planning() if self.config.grammar else None
@@ -207,8 +210,13 @@ class Planner:
         """Decode ``config.candidates`` planning answers for one frame.
 
         Raises:
-            InputError: unusable image, unknown command or non-finite state (from the prompt builder).
+            InputError: unusable image, unknown command or non-finite state (from the prompt builder), or
+                no route for a model that reads one (it was trained with one in every prompt).
         """
+        if self.command_rule == ROUTE_COMMAND_RULE and inputs.route_ahead_m is None:
+            raise InputError(
+                f"{self.name} reads the route's shape ahead ({ROUTE_COMMAND_RULE}); none was given"
+            )
         started = time.perf_counter()
         prompt = build_planning_prompt(
             self.loaded.tokenizer,
@@ -246,14 +254,14 @@ class Planner:
         """
         started = time.perf_counter()
         frame = np.random.default_rng(0).integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
-        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0))
+        route = STRAIGHT_ROUTE_AHEAD_M if self.command_rule == ROUTE_COMMAND_RULE else None
+        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0), None, route)
         for _ in range(2):  # the second run is what a frame sees: it must find everything built
             self.plan(inputs)
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
         if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
-            rule = command_rule_of(self.loaded.model.config)
-            for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, rule):
+            for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, self.command_rule):
                 self.plan(DrivingInputs(frame, *state))
         return time.perf_counter() - started
 

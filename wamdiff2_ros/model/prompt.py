@@ -47,6 +47,7 @@ ROUTE_COMMAND_RULE = "branch_route"
 # the route's own frame there (x along its direction, y to its left), so that a lane change or a drift off
 # the centreline does not move them; written like an answer's waypoints (padded: the same tokens).
 ROUTE_AHEAD_ARC_M = (10.0, 20.0, 30.0, 40.0)
+STRAIGHT_ROUTE_AHEAD_M = np.stack([ROUTE_AHEAD_ARC_M, np.zeros(len(ROUTE_AHEAD_ARC_M))], axis=1)
 # A branch distance is written in whole metres, at most this (two digits: a fixed set of prompt lengths).
 MAX_COMMAND_DISTANCE_M = 99
 
