@@ -1,5 +1,6 @@
 """A model trained on the ``branch_route`` rule reads the route's shape ahead in every prompt: the planner
-passes it on, and refuses inputs without one rather than prompt the model with what it never saw."""
+passes it on, refuses its inputs without one, and refuses one for any other model (neither was ever
+prompted so)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ def test_a_route_model_plans_with_the_route_and_refuses_inputs_without_one(
     planner.plan(DrivingInputs(front_image, "right", (8.0, 0.0), (0.0, 0.0), None, route))
     text = tokenizer.decode(prompts[0].input_ids[0])
     assert "The navigation information is: right to (10.00,-03.00,20.00,-03.00," in text
-    with pytest.raises(InputError, match="route"):
+    with pytest.raises(InputError, match="branch_route rule; route's shapes given: none"):
         planner.plan(DrivingInputs(front_image, "right", (8.0, 0.0), (0.0, 0.0)))
 
+
+def test_a_model_of_another_rule_refuses_a_route(tiny_model, tokenizer, front_image, monkeypatch):
+    monkeypatch.setattr(tiny_model.config, COMMAND_RULE_KEY, "branch", raising=False)
+    planner = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), CONFIG)
+    with pytest.raises(InputError, match="branch rule; route's shapes given: one"):
+        planner.plan(DrivingInputs(front_image, "left", (8.0, 0.0), (0.0, 0.0), None, STRAIGHT_ROUTE_AHEAD_M))

@@ -7,6 +7,7 @@ stack recovers without a restart where it can. The CUDA out-of-memory fault need
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -24,6 +25,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from wamdiff2_ros.model.default import default_model_dir
+from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.qos import RELIABLE
@@ -235,12 +237,28 @@ def _status_values(probe: Probe, node: str) -> dict[str, str]:
     return {}
 
 
-@pytest.mark.ros
-def test_corrupt_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, tmp_path: Path) -> None:
-    folder = _model_copy(tmp_path)
+def _cut_weights_short(folder: Path) -> None:  # as a failed copy
     weights = next(folder.glob("*.safetensors"))
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])  # cut short, as a failed copy
-    namespace = "/faults_corrupt"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])
+
+
+def _make_a_route_model(folder: Path) -> None:  # a model whose prompts had a route the node cannot give it
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: "branch_route"}))
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [(_cut_weights_short, "model failed to load"), (_make_a_route_model, "the node takes no route")],
+    ids=["corrupt", "reads-a-route"],
+)
+def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(
+    ros_context, tmp_path: Path, damage, message
+) -> None:
+    folder = _model_copy(tmp_path)
+    damage(folder)
+    namespace = f"/faults_{damage.__name__.strip('_')}"
     process = start_node(
         "wamdiff2_ros.nodes.planner",
         namespace,
@@ -253,7 +271,7 @@ def test_corrupt_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, tmp_
             node_output(process)
         )
         values = _status_values(probe, node)
-        assert "model failed to load" in values["_message"], values
+        assert message in values["_message"], values
         assert process.poll() is None  # up, and saying why it cannot plan
     finally:
         probe.close()

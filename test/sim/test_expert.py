@@ -114,29 +114,39 @@ def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the
 
 
 def test_the_route_ahead_is_the_routes_shape_in_its_own_frame_wherever_the_ego_stands():
-    # `branch_route`: the word of `branch` and the route's points 10..40 m on, in the route's frame at the
-    # ego's nearest route point, so a lane change or a drift off the centreline does not move them.
+    # `branch_route`: the word of `branch` and the route's points 10..40 m on from the ego's foot on the
+    # route, in the route's frame there, so a lane change or a drift off the centreline does not move them.
     scene, branch, arc = _turning_intersection()
-    for index in range(0, len(scene.route_map) - 30, 7):
-        xy = scene.route_map[index]
+    route = scene.route_map
+    for index in range(0, len(route) - 30, 7):
+        xy = (route[index] + route[index + 1]) / 2  # mid-segment: the foot is the point itself
         told = navigation(scene, xy, "branch_route")
         assert told[:2] == navigation(scene, xy, "branch")[:2]
-        heading = np.arctan2(*(scene.route_map[index + 1] - xy)[::-1])
-        arc_ahead = arc[index:] - arc[index]
-        points = [np.interp(ROUTE_AHEAD_ARC_M, arc_ahead, scene.route_map[index:, k]) for k in (0, 1)]
+        along = route[index + 1] - route[index]
+        heading = np.arctan2(along[1], along[0])
+        start_m = (arc[index] + arc[index + 1]) / 2
+        points = [np.interp(start_m + np.asarray(ROUTE_AHEAD_ARC_M), arc, route[:, k]) for k in (0, 1)]
         expected = map_to_ego(np.stack(points, axis=1), xy, heading)
         np.testing.assert_allclose(told.route_ahead_m, expected, atol=1e-9)
+        assert np.all(np.diff(np.linalg.norm(expected, axis=1)) > 0)  # ever further along
         side = xy + 1.5 * np.array([-np.sin(heading), np.cos(heading)])  # 1.5 m to the left of the route
         np.testing.assert_allclose(navigation(scene, side, "branch_route").route_ahead_m, expected, atol=1e-9)
     # the turn shows: somewhere before the junction the route's 40 m point is well to the side the word says
-    ends = [navigation(scene, xy, "branch_route").route_ahead_m[-1, 1] for xy in scene.route_map[:-30]]
+    ends = [navigation(scene, xy, "branch_route").route_ahead_m[-1, 1] for xy in route[:-30]]
     assert max(ends) > 10.0 if branch.command == "left" else min(ends) < -10.0
 
 
-def test_past_the_routes_end_the_route_ahead_goes_on_straight():
-    route = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]])  # 10 m east, then 10 m north, then the end
-    ahead = route_ahead(route, np.array([0.5, -1.0]))
-    np.testing.assert_allclose(ahead, [[10.0, 0.0], [10.0, 10.0], [10.0, 20.0], [10.0, 30.0]], atol=1e-9)
+@pytest.mark.parametrize(
+    ("position", "expected"),
+    [
+        ((0.5, -1.0), [[9.5, 0.5], [9.5, 10.5], [9.5, 20.5], [9.5, 30.5]]),  # round the corner, then on
+        ((11.0, 25.0), [[10.0, 0.0], [20.0, 0.0], [30.0, 0.0], [40.0, 0.0]]),  # 5 m past the end
+    ],
+    ids=["on-the-route", "past-its-end"],
+)
+def test_the_route_ahead_turns_with_the_route_and_goes_on_straight_past_its_end(position, expected):
+    route = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0], [10.0, 20.0]])  # east 10 m, then north 20 m
+    np.testing.assert_allclose(route_ahead(route, np.array(position)), expected, atol=1e-9)
 
 
 def test_an_unknown_command_rule_is_refused():

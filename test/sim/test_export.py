@@ -1,6 +1,7 @@
 """Records round-trip through the reference JSON format; generation is deterministic per seed."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
-from wamdiff2_ros.model.prompt import format_values, planning_user_text
+from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate, load_command_rule, standing_start
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
@@ -176,8 +177,9 @@ def test_the_branch_route_rule_writes_the_routes_shape_into_prompts_and_truth(tm
     truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
     prompts = {r.id: r.user_text for r in load_records(tmp_path / "planning.json", "planning")}
     for truth in truths:
-        route = export.ground_truth_from_line(truth).route_ahead_m
+        route = export.ground_truth_from_line(truth).route_ahead_m  # rounded to millimetres
         assert route.shape == (4, 2) and truth["command_distance_m"] is None
-        words = f"{truth['command']} to ({format_values(route, min_int_digits=2)})"
-        assert f"The navigation information is: {words}\n" in prompts[truth["id"]]
+        told = re.search(r"The navigation information is: (\w+) to \(([-0-9.,]+)\)\n", prompts[truth["id"]])
+        assert told[1] == truth["command"] and re.fullmatch(r"-?\d\d\.\d\d(,-?\d\d\.\d\d){7}", told[2])
+        np.testing.assert_allclose(np.array(told[2].split(","), float).reshape(4, 2), route, atol=0.0051)
     assert load_command_rule(tmp_path) == "branch_route"

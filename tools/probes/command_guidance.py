@@ -91,6 +91,7 @@ class GuidedPolicy(ModelPolicy):
             inputs.velocity_mps,
             inputs.acceleration_mps2,
             inputs.command_distance_m,
+            inputs.route_ahead_m,
             max_pixels=self.planner.max_pixels,
         )
 
@@ -103,6 +104,7 @@ class GuidedPolicy(ModelPolicy):
             velocity_mps=tuple(float(v) for v in observation.velocity_ego_mps),
             acceleration_mps2=tuple(float(a) for a in observation.accel_ego_mps2),
             command_distance_m=observation.command_distance_m,
+            route_ahead_m=observation.route_ahead_m,
         )
         planner, config = self.planner, self.planner.config
         cache = GuidedCache(

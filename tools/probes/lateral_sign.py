@@ -76,7 +76,7 @@ def main() -> None:
         truth = ground_truth(log, index, scene, frame, rule)
         prompt = build_planning_prompt(
             tokenizer, frame.image_rgb, truth.command, truth.velocity_ego_mps, truth.accel_ego_mps2,
-            truth.command_distance_m, min_pixels=min_pixels, max_pixels=max_pixels,
+            truth.command_distance_m, truth.route_ahead_m, min_pixels=min_pixels, max_pixels=max_pixels,
         )  # fmt: skip
         answer = format_waypoints(truth.waypoints_ego, digits)
         answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]

@@ -210,13 +210,12 @@ class Planner:
         """Decode ``config.candidates`` planning answers for one frame.
 
         Raises:
-            InputError: unusable image, unknown command or non-finite state (from the prompt builder), or
-                no route for a model that reads one (it was trained with one in every prompt).
+            InputError: unusable image, unknown command or non-finite state (from the prompt builder); no
+                route for a model that reads one (it had one in every prompt), or one for another model.
         """
-        if self.command_rule == ROUTE_COMMAND_RULE and inputs.route_ahead_m is None:
-            raise InputError(
-                f"{self.name} reads the route's shape ahead ({ROUTE_COMMAND_RULE}); none was given"
-            )
+        if (self.command_rule == ROUTE_COMMAND_RULE) != (inputs.route_ahead_m is not None):
+            given = "none" if inputs.route_ahead_m is None else "one"
+            raise InputError(f"{self.name} reads the {self.command_rule} rule; route's shapes given: {given}")
         started = time.perf_counter()
         prompt = build_planning_prompt(
             self.loaded.tokenizer,

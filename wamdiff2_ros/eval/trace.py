@@ -86,9 +86,9 @@ class _Traced:
         sampled = self.sampler(observation) if self.sampler else []
         samples = np.asarray(sampled, dtype=np.float64).reshape(-1, *plan.shape)  # (0, 8, 2) when none
         # the command as the policy read it
-        command = navigation_text(
-            observation.command, observation.command_distance_m, observation.route_ahead_m
-        )
+        command = navigation_text(observation.command, observation.command_distance_m)
+        if observation.route_ahead_m is not None:  # its 40 m point: the whole route would not fit a column
+            command += " to {:.0f},{:.0f}".format(*observation.route_ahead_m[-1])
         self.points.append(TracePoint(observation.time_s, speed, command, plan, expert, samples))
         return plan
 

@@ -45,7 +45,7 @@ from visualization_msgs.msg import MarkerArray
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
-from wamdiff2_ros.model.prompt import detection_user_text
+from wamdiff2_ros.model.prompt import ROUTE_COMMAND_RULE, detection_user_text
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.allocator import keep_frame_buffers_in_heap
@@ -204,6 +204,11 @@ class PlannerNode(Node):
         except Exception as error:  # reported as an ERROR diagnostic; the node stays up
             self._set_model_state("error", f"{type(error).__name__}: {error}")
             self.get_logger().error(f"model {source} failed to load: {error}")
+            return
+        if planner.command_rule == ROUTE_COMMAND_RULE:  # its every prompt had a route; no topic gives one yet
+            reason = f"{planner.name} reads the route's shape ({ROUTE_COMMAND_RULE}); the node takes no route"
+            self._set_model_state("error", reason)
+            self.get_logger().error(reason)
             return
         self._loaded = planner
         message = f"{planner.name} in {time.perf_counter() - started:.1f} s"

@@ -138,22 +138,23 @@ def navigation(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAN
 
 def route_ahead(route_map: np.ndarray, position_xy: np.ndarray) -> np.ndarray:
     """The route's shape ahead (``len(ROUTE_AHEAD_ARC_M)``, 2): its points ``ROUTE_AHEAD_ARC_M`` further
-    along it than the point nearest ``position_xy``, in the route's frame at that point (x along its
-    direction, y to its left). Past the route's end it goes on straight."""
-    nearest = min(int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1))), len(route_map) - 2)
-    ahead = route_map[nearest:]
-    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ahead, axis=0), axis=1))])
-    wanted = np.asarray(ROUTE_AHEAD_ARC_M)
-    points = np.stack([np.interp(wanted, arc_m, ahead[:, 0]), np.interp(wanted, arc_m, ahead[:, 1])], axis=1)
-    end_direction = _unit(route_map[-1] - route_map[-2])
+    along it than ``position_xy``'s foot on it (on its nearest segment; past the end, on the last one
+    extended), in the route's frame at that foot (x along the segment, y to its left). Past the route's end
+    it goes on straight."""
+    starts, steps = route_map[:-1], np.diff(route_map, axis=0)
+    lengths = np.linalg.norm(steps, axis=1)
+    along = np.einsum("ij,ij->i", position_xy - starts, steps) / lengths**2
+    along = np.clip(along, 0.0, np.r_[np.ones(len(along) - 1), np.inf])  # the last one runs on forward
+    feet = starts + along[:, None] * steps
+    gaps = np.linalg.norm(feet - position_xy, axis=1)
+    segment = len(gaps) - 1 - int(np.argmin(gaps[::-1]))  # at a vertex, the segment leaving it
+    arc_m = np.concatenate([[0.0], np.cumsum(lengths)])
+    wanted = arc_m[segment] + along[segment] * lengths[segment] + np.asarray(ROUTE_AHEAD_ARC_M)
+    points = np.stack([np.interp(wanted, arc_m, route_map[:, k]) for k in (0, 1)], axis=1)
     beyond = wanted > arc_m[-1]
-    points[beyond] = ahead[-1] + (wanted[beyond] - arc_m[-1])[:, None] * end_direction
-    direction = _unit(ahead[1] - ahead[0])
-    return map_to_ego(points, ahead[0], float(np.arctan2(direction[1], direction[0])))
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    return vector / np.linalg.norm(vector)
+    points[beyond] = route_map[-1] + (wanted[beyond] - arc_m[-1])[:, None] * steps[-1] / lengths[-1]
+    heading = float(np.arctan2(steps[segment, 1], steps[segment, 0]))
+    return map_to_ego(points, feet[segment], heading)
 
 
 def _branch_ahead(scene: Scene, position_xy: np.ndarray):
