@@ -114,22 +114,20 @@ def test_the_branch_distance_counts_down_to_the_junction_and_is_zero_through_the
 
 
 def test_the_route_ahead_is_the_routes_shape_in_its_own_frame_wherever_the_ego_stands():
-    # `branch_route`: the word of `branch` and the route's points 10..40 m on from the ego's foot on the
-    # route, in the route's frame there, so a lane change or a drift off the centreline does not move them.
+    # `branch_route`: the word of `branch` and the route's points 10..40 m on from its vertex nearest the ego,
+    # in the route's frame there, so a lane change or a drift off the centreline does not move them.
     scene, branch, arc = _turning_intersection()
     route = scene.route_map
     for index in range(0, len(route) - 30, 7):
-        xy = (route[index] + route[index + 1]) / 2  # mid-segment: the foot is the point itself
-        told = navigation(scene, xy, "branch_route")
-        assert told[:2] == navigation(scene, xy, "branch")[:2]
+        told = navigation(scene, route[index], "branch_route")
+        assert told[:2] == navigation(scene, route[index], "branch")[:2]
         along = route[index + 1] - route[index]
         heading = np.arctan2(along[1], along[0])
-        start_m = (arc[index] + arc[index + 1]) / 2
-        points = [np.interp(start_m + np.asarray(ROUTE_AHEAD_ARC_M), arc, route[:, k]) for k in (0, 1)]
-        expected = map_to_ego(np.stack(points, axis=1), xy, heading)
+        points = [np.interp(arc[index] + np.asarray(ROUTE_AHEAD_ARC_M), arc, route[:, k]) for k in (0, 1)]
+        expected = map_to_ego(np.stack(points, axis=1), route[index], heading)
         np.testing.assert_allclose(told.route_ahead_m, expected, atol=1e-9)
         assert np.all(np.diff(np.linalg.norm(expected, axis=1)) > 0)  # ever further along
-        side = xy + 1.5 * np.array([-np.sin(heading), np.cos(heading)])  # 1.5 m to the left of the route
+        side = route[index] + 1.5 * np.array([-np.sin(heading), np.cos(heading)])  # 1.5 m to the left
         np.testing.assert_allclose(navigation(scene, side, "branch_route").route_ahead_m, expected, atol=1e-9)
     # the turn shows: somewhere before the junction the route's 40 m point is well to the side the word says
     ends = [navigation(scene, xy, "branch_route").route_ahead_m[-1, 1] for xy in route[:-30]]
@@ -139,10 +137,11 @@ def test_the_route_ahead_is_the_routes_shape_in_its_own_frame_wherever_the_ego_s
 @pytest.mark.parametrize(
     ("position", "expected"),
     [
-        ((0.5, -1.0), [[9.5, 0.5], [9.5, 10.5], [9.5, 20.5], [9.5, 30.5]]),  # round the corner, then on
+        ((0.5, -1.0), [[10.0, 0.0], [10.0, 10.0], [10.0, 20.0], [10.0, 30.0]]),  # round the corner, then on
+        ((10.5, 9.0), [[10.0, 0.0], [20.0, 0.0], [30.0, 0.0], [40.0, 0.0]]),  # heading north
         ((11.0, 25.0), [[10.0, 0.0], [20.0, 0.0], [30.0, 0.0], [40.0, 0.0]]),  # 5 m past the end
     ],
-    ids=["on-the-route", "past-its-end"],
+    ids=["at-the-start", "after-the-corner", "past-its-end"],
 )
 def test_the_route_ahead_turns_with_the_route_and_goes_on_straight_past_its_end(position, expected):
     route = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0], [10.0, 20.0]])  # east 10 m, then north 20 m

@@ -138,23 +138,20 @@ def navigation(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAN
 
 def route_ahead(route_map: np.ndarray, position_xy: np.ndarray) -> np.ndarray:
     """The route's shape ahead (``len(ROUTE_AHEAD_ARC_M)``, 2): its points ``ROUTE_AHEAD_ARC_M`` further
-    along it than ``position_xy``'s foot on it (on its nearest segment; past the end, on the last one
-    extended), in the route's frame at that foot (x along the segment, y to its left). Past the route's end
-    it goes on straight."""
-    starts, steps = route_map[:-1], np.diff(route_map, axis=0)
-    lengths = np.linalg.norm(steps, axis=1)
-    along = np.einsum("ij,ij->i", position_xy - starts, steps) / lengths**2
-    along = np.clip(along, 0.0, np.r_[np.ones(len(along) - 1), np.inf])  # the last one runs on forward
-    feet = starts + along[:, None] * steps
-    gaps = np.linalg.norm(feet - position_xy, axis=1)
-    segment = len(gaps) - 1 - int(np.argmin(gaps[::-1]))  # at a vertex, the segment leaving it
-    arc_m = np.concatenate([[0.0], np.cumsum(lengths)])
-    wanted = arc_m[segment] + along[segment] * lengths[segment] + np.asarray(ROUTE_AHEAD_ARC_M)
-    points = np.stack([np.interp(wanted, arc_m, route_map[:, k]) for k in (0, 1)], axis=1)
+    along it than its vertex nearest ``position_xy``, in the frame of the segment leaving that vertex (x
+    along it, y to its left; at the last vertex, the last segment). Past the route's end it goes on
+    straight. The vertices are ~2 m apart (``roads.route_polyline``), so x moves in steps of up to 2 m."""
+    nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
+    segment = min(nearest, len(route_map) - 2)
+    direction = route_map[segment + 1] - route_map[segment]
+    ahead = route_map[nearest:]
+    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ahead, axis=0), axis=1))])
+    wanted = np.asarray(ROUTE_AHEAD_ARC_M)
+    points = np.stack([np.interp(wanted, arc_m, ahead[:, k]) for k in (0, 1)], axis=1)
     beyond = wanted > arc_m[-1]
-    points[beyond] = route_map[-1] + (wanted[beyond] - arc_m[-1])[:, None] * steps[-1] / lengths[-1]
-    heading = float(np.arctan2(steps[segment, 1], steps[segment, 0]))
-    return map_to_ego(points, feet[segment], heading)
+    end_direction = (route_map[-1] - route_map[-2]) / np.linalg.norm(route_map[-1] - route_map[-2])
+    points[beyond] = route_map[-1] + (wanted[beyond] - arc_m[-1])[:, None] * end_direction
+    return map_to_ego(points, route_map[nearest], float(np.arctan2(direction[1], direction[0])))
 
 
 def _branch_ahead(scene: Scene, position_xy: np.ndarray):
