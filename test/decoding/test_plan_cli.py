@@ -56,6 +56,12 @@ def test_plan_reports_an_unreadable_image(tmp_path, capsys):
     assert "cannot read image" in capsys.readouterr().err
 
 
+def test_a_route_reaches_the_planner_which_refuses_it_for_a_model_of_another_rule(image_file, capsys):
+    route = ["10", "0", "20", "-1", "30", "-3", "40", "-6"]
+    assert main(["plan", "--image", image_file, *STATE, "--preset", "tiny", "--route", *route]) == 2
+    assert "heading rule; route's shapes given: one" in capsys.readouterr().err
+
+
 def test_plan_reports_a_missing_checkpoint(image_file, tmp_path, capsys):
     assert main(["plan", "--image", image_file, *STATE, "--checkpoint", str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err

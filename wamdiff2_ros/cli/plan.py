@@ -80,6 +80,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="M",
         help="distance along the route to the command's branch (a model of the branch_distance rule)",
     )
+    parser.add_argument(
+        "--route",
+        nargs=8,  # model.prompt.ROUTE_AHEAD_ARC_M's four points (not imported: the parser stays light)
+        type=float,
+        metavar="XY",
+        help="the route's points 10, 20, 30 and 40 m ahead as x1 y1 ... x4 y4, metres in the route's frame "
+        "at the ego (a model of the branch_route rule)",
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
     source.add_argument("--preset", default="", help="random-weight preset: tiny, 2b or 8b")
@@ -225,6 +233,8 @@ def _require_device(values: dict, origin: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
     from wamdiff2_ros.errors import Wamdiff2Error
@@ -257,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
             velocity_mps=tuple(args.velocity),
             acceleration_mps2=tuple(args.acceleration),
             command_distance_m=args.command_distance,
+            route_ahead_m=None if args.route is None else np.reshape(args.route, (-1, 2)),
         )
         planner = Planner.from_settings(
             config,
