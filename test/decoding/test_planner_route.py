@@ -39,3 +39,15 @@ def test_a_model_of_another_rule_refuses_a_route(tiny_model, tokenizer, front_im
     planner = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), CONFIG)
     with pytest.raises(InputError, match="branch rule; route's shapes given: one"):
         planner.plan(DrivingInputs(front_image, "left", (8.0, 0.0), (0.0, 0.0), None, STRAIGHT_ROUTE_AHEAD_M))
+
+
+def test_a_planner_with_other_settings_keeps_the_models_rule(tiny_model, tokenizer, front_image, monkeypatch):
+    """``with_config`` copies are what the node and ``bench plan`` drive (a copy once lacked the rule, so its
+    warm-up and every plan failed on the GPU)."""
+    monkeypatch.setattr(tiny_model.config, COMMAND_RULE_KEY, "branch_route", raising=False)
+    original = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), CONFIG)
+    planner = original.with_config(candidates=2)
+    assert planner.command_rule == "branch_route" and planner.config.candidates == 2
+    assert original.config.candidates == 1 and planner._engines is original._engines
+    with pytest.raises(InputError, match="branch_route rule; route's shapes given: none"):
+        planner.plan(DrivingInputs(front_image, "right", (8.0, 0.0), (0.0, 0.0)))
