@@ -157,7 +157,8 @@ def test_the_fused_fp8_forward_is_the_unfused_one(tiny_model, planning_prompt) -
 def test_the_swap_ab_product_serves_the_measured_shapes_only_and_is_scaled_mm_off_cuda(monkeypatch):
     assert fp8_fused.swap_launch(32, 12288, 2048) == fp8_fused.swap_launch(20, 12288, 2048) is not None
     assert fp8_fused.swap_launch(64, 2048, 2048) is None  # level or slower there: _scaled_mm
-    assert fp8_fused.swap_launch(2106, 4096, 2048) is None and fp8_fused.swap_launch(32, 2048, 6144) is None
+    assert fp8_fused.swap_launch(2106, 4096, 2048) is None and fp8_fused.swap_launch(64, 2048, 6144) is None
+    assert fp8_fused.swap_launch(32, 2048, 6144) is not None  # the down product with PDL's prefetch
     generator = torch.Generator().manual_seed(1)
     x8 = torch.randn(32, 64, generator=generator).to(fp8_fused.FP8)
     weight = fp8_fused.Fp8Weight(

@@ -123,11 +123,15 @@ def launch_silu_mul_quant(raw, row_scale, col_scale, warps: int | None = None, b
 # q/k/v 4.07 against 4.45 us at 32 rows, out 3.85 against 4.26, gate/up 6.35 against 7.48 and 7.09 against
 # 8.14 at 64; down and the 64-row q/k/v and out were level or slower, with the weights in L2. The forty-
 # second session's sweep from HBM on the H200, PDL off (probe in git history, e1306a9): gate/up at 32 rows
-# 8.86 us with (64, 256, 4, 3) against 9.51 with this table's; not timed in the forward).
+# 8.86 us with (64, 256, 4, 3) against 9.51 with this table's; not timed in the forward). The forty-fourth
+# session's whole-forward probe on the H100 with PDL (`gpu_kernels.py swap_ab_forward`): the 32-row down
+# product through this kernel 1.558 ms a forward back to back against 1.600 through cuBLAS (its programs
+# prefetch their weights while `silu_mul` runs); gate/up at (64, 256, 4, 3) 1.622, slower: not taken.
 SWAP_AB = {
     (32, 4096, 2048): (64, 256, 4, 3),
     (32, 2048, 2048): (64, 256, 4, 3),
     (32, 12288, 2048): (128, 128, 4, 4),
+    (32, 2048, 6144): (64, 256, 4, 3),
     (64, 12288, 2048): (128, 128, 4, 4),
 }
 # On since their run in the whole 2b forward on the H100: 27 us less kernel time (-1.8 % busy), and `bench
