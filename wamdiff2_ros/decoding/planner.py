@@ -191,7 +191,7 @@ class Planner:
     def with_config(self, **changes) -> Planner:
         """The same model with some decode settings changed (the grammar is rebuilt only if it must be)."""
         planner = Planner.__new__(Planner)
-        planner.__dict__.update(self.__dict__)  # every attribute, the engines shared: what is built stays built
+        planner.__dict__.update(self.__dict__)  # every attribute; the engines shared: built once
         planner.config = replace(self.config, **{**changes, "min_int_digits": self.config.min_int_digits})
         bound_and_budget = ("max_step_m", "max_new_tokens")  # what the grammars are built and checked for
         if all(getattr(planner.config, k) == getattr(self.config, k) for k in bound_and_budget):
