@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import Point, Pose, PoseStamped
 from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as Path_
 from ros_harness import Probe, node_output, start_node, stop_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
@@ -29,6 +31,7 @@ from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.qos import RELIABLE
+from wamdiff2_ros.nodes.qos import route as latched_route_qos
 
 NS = "/faults"
 PLANNER, SCORER = f"{NS}/wamdiff2_planner", f"{NS}/wamdiff2_scorer"
@@ -242,23 +245,11 @@ def _cut_weights_short(folder: Path) -> None:  # as a failed copy
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])
 
 
-def _make_a_route_model(folder: Path) -> None:  # a model whose prompts had a route the node cannot give it
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: "branch_route"}))
-
-
 @pytest.mark.ros
-@pytest.mark.parametrize(
-    ("damage", "message"),
-    [(_cut_weights_short, "model failed to load"), (_make_a_route_model, "the node takes no route")],
-    ids=["corrupt", "reads-a-route"],
-)
-def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(
-    ros_context, tmp_path: Path, damage, message
-) -> None:
+def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, tmp_path: Path) -> None:
     folder = _model_copy(tmp_path)
-    damage(folder)
-    namespace = f"/faults_{damage.__name__.strip('_')}"
+    _cut_weights_short(folder)
+    namespace = "/faults_corrupt"
     process = start_node(
         "wamdiff2_ros.nodes.planner",
         namespace,
@@ -271,8 +262,67 @@ def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(
             node_output(process)
         )
         values = _status_values(probe, node)
-        assert message in values["_message"], values
+        assert "model failed to load" in values["_message"], values
         assert process.poll() is None  # up, and saying why it cannot plan
+    finally:
+        probe.close()
+        stop_node(process)
+
+
+@pytest.mark.ros
+def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one(
+    ros_context, tmp_path: Path
+) -> None:
+    """A ``branch_route`` model (every prompt it learnt from had the route's shape) plans once a route
+    arrives on ~/input/route, published latched before or after the frames, as the CARLA bridge's waypoints;
+    until then each frame gets the fallback, and /diagnostics says why."""
+    folder = _model_copy(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: "branch_route"}))
+    namespace = "/faults_route"
+    node = f"{namespace}/wamdiff2_planner"
+    params = {**PLANNER_PARAMS, "model.preset": "", "model.checkpoint": str(folder), "candidates.count": 1}
+    process = start_node("wamdiff2_ros.nodes.planner", namespace, params)
+    topic = f"{node}/output/trajectory"
+    probe = Probe(ros_context, "route_probe", {topic: PlannedTrajectory, "/diagnostics": DiagnosticArray})
+    try:
+        assert probe.spin_until(lambda: _status_values(probe, node).get("model_state") == "ready", 60), (
+            node_output(process)
+        )
+        assert "reads the route on ~/input/route" in _status_values(probe, node)["model"]
+        image = probe.node.create_publisher(Image, f"{node}/input/image", RELIABLE)
+        odometry = probe.node.create_publisher(Odometry, f"{node}/input/odometry", RELIABLE)
+        frame = numpy_to_image(np.full((180, 320, 3), 90, np.uint8), "bgr8")
+        last = [0.0]
+
+        def drive() -> None:
+            if time.monotonic() - last[0] > 0.2:
+                last[0] = time.monotonic()
+                stamp = probe.node.get_clock().now().to_msg()
+                state = Odometry(header=Header(stamp=stamp, frame_id="map"))
+                state.pose.pose.position.x, state.pose.pose.position.y = 100.0, 50.0
+                odometry.publish(state)
+                frame.header = Header(stamp=stamp)
+                image.publish(frame)
+                odometry.publish(state)
+
+        def published(status: int) -> bool:
+            return any(t.status == status for t in probe.received[topic])
+
+        assert probe.spin_until(lambda: published(PlannedTrajectory.STATUS_FALLBACK), 60, during=drive)
+        reasons = [t.status_reason for t in probe.received[topic]]
+        assert any("no route received on ~/input/route" in r for r in reasons), reasons
+
+        def diagnosed() -> bool:
+            return "no route received" in _status_values(probe, node).get("last_problem.route", "")
+
+        assert probe.spin_until(diagnosed, 10, during=drive), _status_values(probe, node)
+        route = Path_(header=Header(frame_id="map"))
+        for x in np.arange(90.0, 200.0, 2.0):  # a road east through the ego, then a right turn
+            route.poses.append(PoseStamped(pose=Pose(position=Point(x=float(x), y=50.0))))
+        route.poses += [PoseStamped(pose=Pose(position=Point(x=198.0, y=50.0 - y))) for y in (2.0, 4.0)]
+        probe.node.create_publisher(Path_, f"{node}/input/route", latched_route_qos()).publish(route)
+        assert probe.spin_until(lambda: published(PlannedTrajectory.STATUS_OK), 60, during=drive), reasons
     finally:
         probe.close()
         stop_node(process)

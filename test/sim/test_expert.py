@@ -9,7 +9,7 @@ import pytest
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, map_to_ego
-from wamdiff2_ros.model.prompt import ROUTE_AHEAD_ARC_M
+from wamdiff2_ros.model.prompt import ROUTE_AHEAD_ARC_M, route_ahead
 from wamdiff2_ros.sim.expert import (
     HORIZON_TICKS,
     TICKS_PER_WAYPOINT,
@@ -17,7 +17,6 @@ from wamdiff2_ros.sim.expert import (
     navigation,
     navigation_command,
     record_drive,
-    route_ahead,
     sample_indices,
 )
 from wamdiff2_ros.sim.render import render_front

@@ -16,6 +16,7 @@ from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.geometry import map_to_ego
 from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS, VisionInputs, prepare_image, prepare_image_tensor
 
 COMMANDS = ("left", "straight", "right", "unknown")
@@ -57,6 +58,25 @@ def _pair(values: Sequence[float], name: str) -> str:
         raise InputError(f"{name} must be two finite numbers, got {values!r}")
     # Two decimals as the reference writes them; "+ 0.0" prints an exact -0.0 as 0.00.
     return f"({values[0] + 0.0:.2f},{values[1] + 0.0:.2f})"
+
+
+def route_ahead(route_map: np.ndarray, position_xy: np.ndarray) -> np.ndarray:
+    """The route's shape ahead (``len(ROUTE_AHEAD_ARC_M)``, 2): its points ``ROUTE_AHEAD_ARC_M`` further
+    along it than its vertex nearest ``position_xy``, in the frame of the segment leaving that vertex (x
+    along it, y to its left; at the last vertex, the last segment). Past the route's end it goes on
+    straight. A simulator route's vertices are ~2 m apart (``sim.roads.route_polyline``), so there x moves
+    in steps of up to 2 m."""
+    nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
+    segment = min(nearest, len(route_map) - 2)
+    direction = route_map[segment + 1] - route_map[segment]
+    ahead = route_map[nearest:]
+    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ahead, axis=0), axis=1))])
+    wanted = np.asarray(ROUTE_AHEAD_ARC_M)
+    points = np.stack([np.interp(wanted, arc_m, ahead[:, k]) for k in (0, 1)], axis=1)
+    beyond = wanted > arc_m[-1]
+    end_direction = (route_map[-1] - route_map[-2]) / np.linalg.norm(route_map[-1] - route_map[-2])
+    points[beyond] = route_map[-1] + (wanted[beyond] - arc_m[-1])[:, None] * end_direction
+    return map_to_ego(points, route_map[nearest], float(np.arctan2(direction[1], direction[0])))
 
 
 def navigation_text(

@@ -29,6 +29,7 @@ TOPICS = {
         "odometry": "/odometry",
         "imu": "/imu",
         "command": "/driving_command",
+        "route": "/route",
     },
     "carla": {
         "image": "/carla/ego_vehicle/rgb_front/image",
@@ -37,6 +38,7 @@ TOPICS = {
         "odometry": "/carla/ego_vehicle/odometry",
         "imu": "/carla/ego_vehicle/imu",
         "command": "/carla/ego_vehicle/driving_command",
+        "route": "/carla/ego_vehicle/waypoints",  # the bridge's global plan (latched)
     },
 }
 
@@ -119,6 +121,7 @@ def node_specs(
                 (f"{planner}odometry", topics["odometry"]),
                 (f"{planner}imu", topics["imu"]),
                 (f"{planner}command", topics["command"]),
+                (f"{planner}route", topics["route"]),
             ),
         ),
         NodeSpec(

@@ -280,6 +280,13 @@ PLANNER_PARAMS: tuple[Param, ...] = (
         choices=("best_effort", "reliable"),
     ),
     Param("qos.image_depth", 1, "Queue depth of the camera subscription.", 1, 100),
+    Param(
+        "qos.route_durability",
+        "transient_local",
+        "Durability of the route subscription (read by branch_route models): transient_local hears a route "
+        "latched before the node started; volatile hears volatile publishers.",
+        choices=("transient_local", "volatile"),
+    ),
     Param("diagnostics.period_s", 1.0, "Period of /diagnostics status messages, seconds.", 0.1, 60.0),
     Param(
         "diagnostics.missing_topic_s",

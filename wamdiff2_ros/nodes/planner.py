@@ -16,7 +16,8 @@ frames arriving before the model is ready are counted (``frames_before_model_rea
 
 Topics (private, remapped by the launch file):
   in:  ~/input/image (sensor_msgs/Image, or ~/input/image/compressed with input.compressed),
-       ~/input/odometry (nav_msgs/Odometry), ~/input/imu (sensor_msgs/Imu), ~/input/command (DrivingCommand)
+       ~/input/odometry (nav_msgs/Odometry), ~/input/imu (sensor_msgs/Imu), ~/input/command (DrivingCommand),
+       ~/input/route (nav_msgs/Path, read by a model of the ``branch_route`` rule only; qos.route_durability)
   out: ~/output/trajectory (PlannedTrajectory), ~/output/candidates (CandidateTrajectories, unscored),
        ~/output/path (nav_msgs/Path), ~/output/markers (MarkerArray), ~/output/detections (Detections2D,
        every output.detections_every_n plans, header = the image's), ~/debug/image_detections (Image, the
@@ -60,10 +61,12 @@ from wamdiff2_ros.nodes.convert.images import (
 from wamdiff2_ros.nodes.convert.odometry import (
     AccelerationFromVelocity,
     EgoMotion,
+    ego_position,
     ego_velocity_mps,
     imu_acceleration_mps2,
     stamp_ns,
 )
+from wamdiff2_ros.nodes.convert.route import NoRouteShape, Route, route_from_path, route_shape_ahead
 from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
@@ -167,6 +170,8 @@ class PlannerNode(Node):
         self.create_subscription(Odometry, "~/input/odometry", self._on_odometry, qos.RELIABLE)
         self.create_subscription(Imu, "~/input/imu", self._on_imu, qos.RELIABLE)
         self.create_subscription(DrivingCommand, "~/input/command", self._on_command, qos.RELIABLE)
+        self._route: Route | None = None  # the newest usable route (executor thread writes, worker reads)
+        self.create_subscription(Path, "~/input/route", self._on_route, qos.route(p["qos.route_durability"]))
         # Wall-clock (steady) timer: under use_sim_time a ROS timer waits for /clock, and "image never
         # received" would stay unreported until the simulator runs (and stop when it pauses).
         self.create_timer(p["diagnostics.period_s"], self._publish_diagnostics, clock=steady_clock())
@@ -205,13 +210,10 @@ class PlannerNode(Node):
             self._set_model_state("error", f"{type(error).__name__}: {error}")
             self.get_logger().error(f"model {source} failed to load: {error}")
             return
-        if planner.command_rule == ROUTE_COMMAND_RULE:  # its every prompt had a route; no topic gives one yet
-            reason = f"{planner.name} reads the route's shape ({ROUTE_COMMAND_RULE}); the node takes no route"
-            self._set_model_state("error", reason)
-            self.get_logger().error(reason)
-            return
         self._loaded = planner
         message = f"{planner.name} in {time.perf_counter() - started:.1f} s"
+        if planner.command_rule == ROUTE_COMMAND_RULE:  # every prompt it learnt from had the route's shape
+            message += ", reads the route on ~/input/route"
         image_hw = image_size_hw(p["warmup.image_size"])
         if image_hw is not None:
             message += self._warm_up(planner, image_hw)
@@ -310,7 +312,7 @@ class PlannerNode(Node):
         imu = self._imu
         fresh_ns = self.params["input.imu_max_age_s"] * 1e9
         use_imu = self.params["input.use_imu"] and imu is not None and abs(stamp - imu[0]) <= fresh_ns
-        motion = EgoMotion(stamp, velocity, imu[1] if use_imu else derived)
+        motion = EgoMotion(stamp, velocity, imu[1] if use_imu else derived, ego_position(msg))
         self._last_state = motion
         with self._sync_lock:
             resets = self.sync.counts["reset"]
@@ -341,6 +343,13 @@ class PlannerNode(Node):
             distance_m = None
         self._command = (msg.command if msg.command in COMMAND_WORDS else DrivingCommand.UNKNOWN, distance_m)
 
+    def _on_route(self, msg: Path) -> None:
+        self._seen("route")
+        try:
+            self._route = route_from_path(msg)
+        except InputError as error:  # the last usable route stays
+            self.health.problem("route", f"route ignored: {error}")
+
     def _submit(self, match: Match[Frame, EgoMotion] | None) -> None:
         if match is None:
             return
@@ -357,8 +366,11 @@ class PlannerNode(Node):
         started = time.monotonic()
         image = frame.image_rgb  # converted here, for the frames the worker takes only
         converted = time.monotonic()
+        route = None
+        if self.planner.command_rule == ROUTE_COMMAND_RULE:  # NoRouteShape: the fallback, diagnosed
+            route = route_shape_ahead(self._route, state.position)
         inputs = DrivingInputs(
-            image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2, distance_m
+            image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2, distance_m, route
         )
         output = self.planner.plan(inputs)
         # What the node adds to the plan's own stages: the frame's way here, waiting for the worker, and the
@@ -452,7 +464,9 @@ class PlannerNode(Node):
         match, command, _ = item
         out_of_memory = Planner.is_out_of_memory(error)
         reason = f"{type(error).__name__}: {error}"
-        if isinstance(error, InputError):  # the frame, converted on this thread, was unusable
+        if isinstance(error, NoRouteShape):  # a route model with no route for this position
+            kind, what = "route", "no route"
+        elif isinstance(error, InputError):  # the frame, converted on this thread, was unusable
             kind, what = "image", "input rejected"
         else:
             kind, what = ("out_of_memory" if out_of_memory else "model"), "model failed"

@@ -23,3 +23,15 @@ def camera(reliability: str = "best_effort", depth: int = 1) -> QoSProfile:
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=policy, durability=DurabilityPolicy.VOLATILE
     )
+
+
+def route(durability: str = "transient_local") -> QoSProfile:
+    """Route subscription: reliable, the newest route only; transient local by default, so a route published
+    once before the node started (the CARLA bridge's waypoints are latched) still arrives. A transient-local
+    subscriber hears no volatile publisher: ``volatile`` for those."""
+    policy = (
+        DurabilityPolicy.TRANSIENT_LOCAL if durability == "transient_local" else DurabilityPolicy.VOLATILE
+    )
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=policy
+    )

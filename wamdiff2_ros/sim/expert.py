@@ -20,9 +20,9 @@ from wamdiff2_ros.model.prompt import (
     DEFAULT_COMMAND_RULE,
     DISTANCE_COMMAND_RULE,
     NUM_WAYPOINTS,
-    ROUTE_AHEAD_ARC_M,
     ROUTE_COMMAND_RULE,
     WAYPOINT_DT_S,
+    route_ahead,
 )
 from wamdiff2_ros.sim.engine import SIM_HZ
 from wamdiff2_ros.sim.render import Frame
@@ -134,24 +134,6 @@ def navigation(scene: Scene, position_xy: np.ndarray, rule: str = DEFAULT_COMMAN
         return Navigation("straight", None, route)
     distance_m = max(branch.node_arc_m - arc_m, 0.0) if rule == DISTANCE_COMMAND_RULE else None
     return Navigation(branch.command, distance_m, route)
-
-
-def route_ahead(route_map: np.ndarray, position_xy: np.ndarray) -> np.ndarray:
-    """The route's shape ahead (``len(ROUTE_AHEAD_ARC_M)``, 2): its points ``ROUTE_AHEAD_ARC_M`` further
-    along it than its vertex nearest ``position_xy``, in the frame of the segment leaving that vertex (x
-    along it, y to its left; at the last vertex, the last segment). Past the route's end it goes on
-    straight. The vertices are ~2 m apart (``roads.route_polyline``), so x moves in steps of up to 2 m."""
-    nearest = int(np.argmin(np.linalg.norm(route_map - position_xy, axis=1)))
-    segment = min(nearest, len(route_map) - 2)
-    direction = route_map[segment + 1] - route_map[segment]
-    ahead = route_map[nearest:]
-    arc_m = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ahead, axis=0), axis=1))])
-    wanted = np.asarray(ROUTE_AHEAD_ARC_M)
-    points = np.stack([np.interp(wanted, arc_m, ahead[:, k]) for k in (0, 1)], axis=1)
-    beyond = wanted > arc_m[-1]
-    end_direction = (route_map[-1] - route_map[-2]) / np.linalg.norm(route_map[-1] - route_map[-2])
-    points[beyond] = route_map[-1] + (wanted[beyond] - arc_m[-1])[:, None] * end_direction
-    return map_to_ego(points, route_map[nearest], float(np.arctan2(direction[1], direction[0])))
 
 
 def _branch_ahead(scene: Scene, position_xy: np.ndarray):

@@ -18,12 +18,22 @@ from wamdiff2_ros.errors import InputError
 
 
 @dataclass(frozen=True)
+class EgoPosition:
+    """The ego's planar position in ``frame_id`` (odometry's pose)."""
+
+    frame_id: str
+    xy_m: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class EgoMotion:
-    """Ego velocity and acceleration in the ego frame at ``stamp_ns``."""
+    """Ego velocity and acceleration in the ego frame at ``stamp_ns``, and where the ego was then (None: the
+    odometry's pose was not finite; only a route model needs it)."""
 
     stamp_ns: int
     velocity_mps: tuple[float, float]
     acceleration_mps2: tuple[float, float]
+    position: EgoPosition | None = None
 
 
 def stamp_ns(header) -> int:
@@ -94,3 +104,11 @@ class AccelerationFromVelocity:
             for e, d in zip(self._estimate, difference, strict=True)
         )
         return self._estimate
+
+
+def ego_position(odometry: Odometry) -> EgoPosition | None:
+    """The pose's planar position in the odometry's frame; None where it is not finite."""
+    position = odometry.pose.pose.position
+    if not (math.isfinite(position.x) and math.isfinite(position.y)):
+        return None
+    return EgoPosition(odometry.header.frame_id, (float(position.x), float(position.y)))

@@ -1,0 +1,74 @@
+"""nav_msgs/Path (a navigation system's route: the CARLA ROS bridge's ``/carla/<role>/waypoints``) -> the
+route's shape ahead of the ego that a ``branch_route`` model reads in its prompt
+(``model.prompt.route_ahead``).
+
+The shape is taken in the route's own frame at its vertex nearest the ego, so only the ego's position in the
+route's frame is needed: odometry's pose, when odometry is in that frame. A route in another frame, or one
+the ego is far from, gives no shape (the node then publishes its fallback and says why): guessing a
+transform or a route would steer the car by a route it is not on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from nav_msgs.msg import Path
+
+from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.prompt import route_ahead
+from wamdiff2_ros.nodes.convert.odometry import EgoPosition
+
+MAX_OFF_ROUTE_M = 30.0  # farther than this from every route vertex: the route is not the ego's
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route polyline: ``points_m`` (M >= 2, 2), consecutive vertices distinct, in ``frame_id``."""
+
+    frame_id: str
+    points_m: np.ndarray
+
+
+class NoRouteShape(InputError):
+    """A route model's frame cannot be planned: no usable route for the ego's position."""
+
+
+def route_from_path(msg: Path) -> Route:
+    """The path's poses as a polyline (repeated consecutive poses dropped).
+
+    Raises:
+        InputError: a non-finite position, fewer than two distinct poses, or no frame.
+    """
+    points = np.array([(p.pose.position.x, p.pose.position.y) for p in msg.poses], dtype=np.float64)
+    points = points.reshape(-1, 2)
+    if not np.isfinite(points).all():
+        raise InputError("route has a non-finite pose")
+    if len(points):
+        moved = np.linalg.norm(np.diff(points, axis=0), axis=1) > 1e-6
+        points = points[np.concatenate([[True], moved])]
+    if len(points) < 2:
+        raise InputError(f"route needs two distinct poses, got {len(points)}")
+    if not msg.header.frame_id:
+        raise InputError("route has no frame_id")
+    return Route(msg.header.frame_id, points)
+
+
+def route_shape_ahead(route: Route | None, ego: EgoPosition | None) -> np.ndarray:
+    """The route's shape ahead of ``ego`` (``model.prompt.route_ahead``).
+
+    Raises:
+        NoRouteShape: no route yet, no ego position, the two in different frames, or the ego more than
+            ``MAX_OFF_ROUTE_M`` from every vertex.
+    """
+    if route is None:
+        raise NoRouteShape("no route received on ~/input/route (the model reads the route's shape)")
+    if ego is None:
+        raise NoRouteShape("no ego position yet (odometry)")
+    if ego.frame_id != route.frame_id:
+        raise NoRouteShape(f"route is in frame {route.frame_id!r}, odometry in {ego.frame_id!r}")
+    position = np.asarray(ego.xy_m, dtype=np.float64)
+    off_m = float(np.linalg.norm(route.points_m - position, axis=1).min())
+    if off_m > MAX_OFF_ROUTE_M:
+        raise NoRouteShape(f"ego is {off_m:.0f} m from the route (more than {MAX_OFF_ROUTE_M:.0f})")
+    return route_ahead(route.points_m, position)
