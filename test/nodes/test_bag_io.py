@@ -8,18 +8,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from geometry_msgs.msg import Point, Pose, PoseStamped
 from message_samples import SAMPLES
 from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as Path_
 from rclpy.serialization import deserialize_message, serialize_message
 from ros_harness import Probe, node_output, start_node, stop_node
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image
+from std_msgs.msg import Header
 
 from wamdiff2_ros.msg import PlannedTrajectory
 from wamdiff2_ros.nodes import bag_io
 from wamdiff2_ros.nodes.bag_io import BagPlayer, camera_size, package_typestore, play, record
 from wamdiff2_ros.nodes.convert.images import image_to_numpy, numpy_to_image
+from wamdiff2_ros.nodes.qos import route as route_qos
+from wamdiff2_ros.sim.bags import latched_qos
 
 START_NS = 5_000_000_000
 TOPICS = {"/cam": ("sensor_msgs/msg/Image", Image), "/odom": ("nav_msgs/msg/Odometry", Odometry)}
@@ -100,6 +105,30 @@ def test_a_looping_player_keeps_one_set_of_publishers_and_destroys_them(ros_cont
     assert probe.spin_until(lambda: len(probe.received["/cam"]) >= 9, 10)
     play(node, bag, rate=10.0)  # the one-pass helper cleans up too
     assert {p.topic_name for p in node.publishers} == before
+    probe.close()
+
+
+@pytest.mark.ros
+def test_a_topic_recorded_latched_is_replayed_latched(ros_context, tmp_path: Path) -> None:
+    """A drive bag's route (the CARLA bridge's latched global plan) reaches a node that subscribes after the
+    player published it, as the planner node started late would (it asks for transient local)."""
+    route = Path_(header=Header(frame_id="map"))
+    route.poses = [PoseStamped(pose=Pose(position=Point(x=float(x)))) for x in range(3)]
+    with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        typestore = package_typestore()
+        latched = writer.add_connection(
+            "/route", "nav_msgs/msg/Path", typestore=typestore, offered_qos_profiles=[latched_qos()]
+        )
+        plain = writer.add_connection("/odom", "nav_msgs/msg/Odometry", typestore=typestore)
+        writer.write(latched, START_NS, serialize_message(route))
+        writer.write(plain, START_NS, serialize_message(Odometry()))
+    probe = Probe(ros_context, "latched_probe", {})
+    with BagPlayer(probe.node, tmp_path / "bag", discovery_wait_s=0.0) as player:
+        assert player.play_once() == {"/route": 1, "/odom": 1}
+        received = []
+        probe.node.create_subscription(Path_, "/route", received.append, route_qos())
+        assert probe.spin_until(lambda: len(received) == 1, 10)
+        assert received[0] == route
     probe.close()
 
 

@@ -27,7 +27,7 @@ def drive(tmp_path_factory):
         ticks.append(DriveTick(snapshot, image, told.command, told.distance_m))
         scene.step()
     path = tmp_path_factory.mktemp("bags") / "drive"
-    assert write_drive_bag(path, CAMERA, ticks) == TICKS
+    assert write_drive_bag(path, CAMERA, ticks, route_map=scene.route_map) == TICKS
     typestore = make_typestore()
     with Reader(path) as reader:
         messages = [
@@ -37,7 +37,7 @@ def drive(tmp_path_factory):
     storage = yaml.safe_load((path / "metadata.yaml").read_text())["rosbag2_bagfile_information"][
         "storage_identifier"
     ]
-    return ticks, messages, storage
+    return ticks, messages, storage, scene.route_map, path
 
 
 def _topic(messages, topic):
@@ -45,7 +45,7 @@ def _topic(messages, topic):
 
 
 def test_bag_is_mcap_with_every_topic_once_per_tick(drive):
-    _, messages, storage = drive
+    _, messages, storage, *_ = drive
     assert storage == "mcap"
     topics = BagTopics()
     for topic in (
@@ -60,7 +60,7 @@ def test_bag_is_mcap_with_every_topic_once_per_tick(drive):
 
 
 def test_stamps_are_sim_time_and_headers_match_the_bag_time(drive):
-    ticks, messages, _ = drive
+    ticks, messages, *_ = drive
     expected_ns = [START_TIME_NS + round(t.snapshot.time_s * 1e9) for t in ticks]
     for stamp_ns, msg in _topic(messages, BagTopics().image):
         assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == stamp_ns
@@ -70,7 +70,7 @@ def test_stamps_are_sim_time_and_headers_match_the_bag_time(drive):
 
 
 def test_image_camera_info_odometry_imu_and_command_contents(drive):
-    ticks, messages, _ = drive
+    ticks, messages, *_ = drive
     topics = BagTopics()
     _, image = _topic(messages, topics.image)[3]
     assert (image.encoding, image.width, image.height, image.step) == ("rgb8", 160, 90, 480)
@@ -99,7 +99,19 @@ def test_image_camera_info_odometry_imu_and_command_contents(drive):
 
 
 def test_image_of_the_wrong_size_is_refused(tmp_path, drive):
-    ticks, _, _ = drive
+    ticks, *_ = drive
     wrong = DriveTick(ticks[0].snapshot, np.zeros((10, 10, 3), np.uint8), "left")
     with pytest.raises(InputError, match="does not match the camera"):
         write_drive_bag(tmp_path / "bad", CAMERA, [wrong])
+
+
+def test_the_route_is_written_once_latched_in_the_map_frame(drive):
+    ticks, messages, _, route_map, path = drive
+    (stamp_ns, route), *later = _topic(messages, BagTopics().route)
+    assert not later and stamp_ns == START_TIME_NS + round(ticks[0].snapshot.time_s * 1e9)
+    assert route.header.frame_id == "map" == _topic(messages, BagTopics().odometry)[0][1].header.frame_id
+    points = [(pose.pose.position.x, pose.pose.position.y) for pose in route.poses]
+    np.testing.assert_allclose(points, route_map)
+    with Reader(path) as reader:
+        (connection,) = [c for c in reader.connections if c.topic == BagTopics().route]
+        assert [q.durability.name for q in connection.ext.offered_qos_profiles] == ["TRANSIENT_LOCAL"]

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
 
 from wamdiff2_ros.sim.bags import find_msg_file
@@ -105,7 +105,7 @@ class BagPlayer:
         ]
         node = self.node
         self._publishers = {
-            c.id: node.create_publisher(message_class(c.msgtype), c.topic, QoSProfile(depth=10))
+            c.id: node.create_publisher(message_class(c.msgtype), c.topic, _publisher_qos(c))
             for c in self._connections
         }
         self._clock_publisher = (
@@ -140,6 +140,17 @@ class BagPlayer:
             self._publishers[connection.id].publish(bytes(raw))  # raw CDR, as stored
             published[connection.topic] += 1
         return published
+
+
+def _publisher_qos(connection) -> QoSProfile:
+    """Reliable with a queue of 10; a topic recorded latched (a route) is replayed latched: transient local,
+    the newest message kept for subscribers that come later (who ask for transient local)."""
+    from rosbags.interfaces import QosDurability
+
+    offered = getattr(connection.ext, "offered_qos_profiles", None) or []
+    if any(q.durability == QosDurability.TRANSIENT_LOCAL for q in offered):
+        return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return QoSProfile(depth=10)
 
 
 def camera_size(path: Path) -> tuple[int, int] | None:

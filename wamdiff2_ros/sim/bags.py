@@ -35,6 +35,7 @@ class BagTopics:
     odometry: str = "/carla/ego_vehicle/odometry"
     imu: str = "/carla/ego_vehicle/imu"
     command: str = "/carla/ego_vehicle/driving_command"
+    route: str = "/carla/ego_vehicle/waypoints"  # the global plan, latched (nav_msgs/Path)
     clock: str = "/clock"
     map_frame: str = "map"
     ego_frame: str = "ego_vehicle"
@@ -171,8 +172,39 @@ def _imu_msg(typestore, snapshot: Snapshot, header):
     )
 
 
+def latched_qos():
+    """The offered QoS of a latched topic (reliable, transient local, the newest message), as rosbag2
+    records it: a player that honours it lets a late subscriber still receive the message."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    default = QosTime(sec=0, nsec=0)  # rmw's "default": no deadline, lifespan or lease
+    return Qos(
+        QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
+        default, default, QosLiveliness.AUTOMATIC, default, False,
+    )  # fmt: skip
+
+
+def _route_msg(typestore, header, route_map: np.ndarray):
+    t = typestore.types
+    poses = [
+        t["geometry_msgs/msg/PoseStamped"](
+            header=header,
+            pose=t["geometry_msgs/msg/Pose"](
+                position=t["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+                orientation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+            ),
+        )
+        for x, y in route_map
+    ]
+    return t["nav_msgs/msg/Path"](header=header, poses=poses)
+
+
 def write_drive_bag(
-    path: Path, camera: Camera, ticks: Iterable[DriveTick], topics: BagTopics = BagTopics()
+    path: Path,
+    camera: Camera,
+    ticks: Iterable[DriveTick],
+    topics: BagTopics = BagTopics(),
+    route_map: np.ndarray | None = None,
 ) -> int:
     """Write a drive as a rosbag2 (format 9) MCAP bag at ``path`` (a new directory).
 
@@ -181,6 +213,8 @@ def write_drive_bag(
         camera: the camera whose intrinsics go into CameraInfo (must match the images' size).
         ticks: the drive, in time order.
         topics: topic names and frame ids.
+        route_map: the ego's route (M, 2) in the map frame, written once with the first tick on
+            ``topics.route``, latched as the CARLA bridge publishes its global plan; None: no route topic.
 
     Returns:
         The number of ticks written.
@@ -210,6 +244,11 @@ def write_drive_bag(
             topic: writer.add_connection(topic, msgtype, typestore=typestore)
             for topic, msgtype in types.items()
         }
+        if route_map is not None:
+            types[topics.route] = "nav_msgs/msg/Path"
+            connections[topics.route] = writer.add_connection(
+                topics.route, types[topics.route], typestore=typestore, offered_qos_profiles=[latched_qos()]
+            )
         for tick in ticks:
             if tick.image_rgb.shape != (k.height_px, k.width_px, 3):
                 raise InputError(
@@ -234,6 +273,10 @@ def write_drive_bag(
                     distance_m=0.0 if tick.command_distance_m is None else tick.command_distance_m,
                 ),
             }
+            if route_map is not None and count == 0:
+                messages[topics.route] = _route_msg(
+                    typestore, _header(typestore, time_ns, topics.map_frame), route_map
+                )
             for topic, message in messages.items():
                 writer.write(connections[topic], time_ns, typestore.serialize_cdr(message, types[topic]))
             count += 1

@@ -134,12 +134,13 @@ def _episode(job: tuple[GenerateConfig, int]) -> list[dict]:
     if config.bags and out:
         from wamdiff2_ros.sim.bags import DriveTick, write_drive_bag
 
-        told = (navigation(scene, s.ego.xy, config.command_rule) for s in log)  # a bag has no route (yet)
+        told = (navigation(scene, s.ego.xy, config.command_rule) for s in log)
         ticks = (
             DriveTick(s, render_front(config.camera, scene.lanes, s).image_rgb, t.command, t.distance_m)
             for s, t in zip(log, told, strict=True)
         )
-        write_drive_bag(config.out_dir / "bags" / f"drive_{episode:06d}", config.camera, ticks)
+        bag = config.out_dir / "bags" / f"drive_{episode:06d}"
+        write_drive_bag(bag, config.camera, ticks, route_map=scene.route_map)
     return out
 
 
