@@ -12,6 +12,7 @@ from geometry_msgs.msg import Point, Pose, PoseStamped
 from message_samples import SAMPLES
 from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as Path_
+from rclpy.qos import DurabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 from ros_harness import Probe, node_output, start_node, stop_node
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
@@ -129,7 +130,27 @@ def test_a_topic_recorded_latched_is_replayed_latched(ros_context, tmp_path: Pat
         probe.node.create_subscription(Path_, "/route", received.append, route_qos())
         assert probe.spin_until(lambda: len(received) == 1, 10)
         assert received[0] == route
+        (odometry,) = probe.node.get_publishers_info_by_topic("/odom")
+        assert odometry.qos_profile.durability == DurabilityPolicy.VOLATILE  # only what was recorded latched
     probe.close()
+
+
+@pytest.mark.ros
+def test_a_latched_topic_is_recorded_latched_though_published_before(ros_context, tmp_path: Path) -> None:
+    """The CARLA bridge publishes its route once, latched, usually before recording starts: the recorder
+    still gets it, and writes it latched, so that its replay reaches a route model."""
+    probe = Probe(ros_context, "latched_recorder", {})
+    route = Path_(header=Header(frame_id="map"))
+    route.poses = [PoseStamped(pose=Pose(position=Point(x=float(x)))) for x in range(3)]
+    probe.node.create_publisher(Path_, "/recorded/route", route_qos()).publish(route)
+    counts = record(probe.node, tmp_path / "out", ["/recorded/route"], duration_s=1.0)
+    probe.close()
+    assert counts["/recorded/route"] == 1
+    with Reader(tmp_path / "out") as reader:
+        (connection,) = reader.connections
+        assert [q.durability.name for q in connection.ext.offered_qos_profiles] == ["TRANSIENT_LOCAL"]
+        ((_, _, raw),) = list(reader.messages())
+    assert deserialize_message(bytes(raw), Path_) == route
 
 
 @pytest.mark.ros

@@ -274,8 +274,9 @@ def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one
     ros_context, tmp_path: Path
 ) -> None:
     """A ``branch_route`` model (every prompt it learnt from had the route's shape) plans once a route
-    arrives on ~/input/route, published latched before or after the frames, as the CARLA bridge's waypoints;
-    until then each frame gets the fallback, and /diagnostics says why."""
+    arrives on ~/input/route (latched, as the CARLA bridge's waypoints), and falls back again once an empty
+    path withdraws it (the bridge's "no goal"); without a route each frame gets the fallback, and
+    /diagnostics says why. (A route latched before the node subscribes: test_bag_io's latched replay.)"""
     folder = _model_copy(tmp_path)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: "branch_route"}))
@@ -311,18 +312,30 @@ def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one
 
         assert probe.spin_until(lambda: published(PlannedTrajectory.STATUS_FALLBACK), 60, during=drive)
         reasons = [t.status_reason for t in probe.received[topic]]
-        assert any("no route received on ~/input/route" in r for r in reasons), reasons
+        assert any("no route on ~/input/route" in r for r in reasons), reasons
 
-        def diagnosed() -> bool:
-            return "no route received" in _status_values(probe, node).get("last_problem.route", "")
+        def diagnosed(what: str) -> bool:
+            return what in _status_values(probe, node).get("last_problem.route", "")
 
-        assert probe.spin_until(diagnosed, 10, during=drive), _status_values(probe, node)
+        assert probe.spin_until(lambda: diagnosed("no route on"), 10, during=drive), _status_values(
+            probe, node
+        )
         route = Path_(header=Header(frame_id="map"))
         for x in np.arange(90.0, 200.0, 2.0):  # a road east through the ego, then a right turn
             route.poses.append(PoseStamped(pose=Pose(position=Point(x=float(x), y=50.0))))
         route.poses += [PoseStamped(pose=Pose(position=Point(x=198.0, y=50.0 - y))) for y in (2.0, 4.0)]
-        probe.node.create_publisher(Path_, f"{node}/input/route", latched_route_qos()).publish(route)
-        assert probe.spin_until(lambda: published(PlannedTrajectory.STATUS_OK), 60, during=drive), reasons
+        routes = probe.node.create_publisher(Path_, f"{node}/input/route", latched_route_qos())
+        routes.publish(route)
+        ok = probe.spin_until(lambda: published(PlannedTrajectory.STATUS_OK), 60, during=drive)
+        assert ok, [t.status_reason for t in probe.received[topic]]
+        seen = len(probe.received[topic])
+        routes.publish(Path_(header=Header(frame_id="map")))  # withdrawn
+
+        def fell_back_again() -> bool:
+            return any(t.status == PlannedTrajectory.STATUS_FALLBACK for t in probe.received[topic][seen:])
+
+        assert probe.spin_until(fell_back_again, 60, during=drive)
+        assert probe.spin_until(lambda: diagnosed("withdrawn"), 10, during=drive), _status_values(probe, node)
     finally:
         probe.close()
         stop_node(process)

@@ -142,15 +142,25 @@ class BagPlayer:
         return published
 
 
+# A latched topic (a route): the newest message kept for subscribers that come later, who ask for transient
+# local too (a transient-local subscriber hears no volatile publisher, and a volatile one misses the message).
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
 def _publisher_qos(connection) -> QoSProfile:
-    """Reliable with a queue of 10; a topic recorded latched (a route) is replayed latched: transient local,
-    the newest message kept for subscribers that come later (who ask for transient local)."""
+    """Reliable with a queue of 10; a topic recorded latched is replayed latched."""
     from rosbags.interfaces import QosDurability
 
     offered = getattr(connection.ext, "offered_qos_profiles", None) or []
     if any(q.durability == QosDurability.TRANSIENT_LOCAL for q in offered):
-        return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        return LATCHED
     return QoSProfile(depth=10)
+
+
+def _offered_latched(node: Node, topic: str) -> bool:
+    """Every publisher of ``topic`` offers it latched (as the CARLA bridge its route): recorded latched."""
+    offered = [info.qos_profile.durability for info in node.get_publishers_info_by_topic(topic)]
+    return bool(offered) and all(d == DurabilityPolicy.TRANSIENT_LOCAL for d in offered)
 
 
 def camera_size(path: Path) -> tuple[int, int] | None:
@@ -205,11 +215,19 @@ def record(
     from rclpy.executors import SingleThreadedExecutor
     from rosbags.rosbag2 import StoragePlugin, Writer
 
+    from wamdiff2_ros.sim.bags import latched_qos
+
     types = _topic_types(node, topics, type_wait_s)
+    latched = {t for t in topics if _offered_latched(node, t)}
     typestore = package_typestore()
     recorded: Counter = Counter()
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-        connections = {t: writer.add_connection(t, types[t], typestore=typestore) for t in topics}
+        connections = {
+            t: writer.add_connection(
+                t, types[t], typestore=typestore, offered_qos_profiles=[latched_qos()] if t in latched else ()
+            )
+            for t in topics
+        }
 
         def store(topic: str, raw: bytes) -> None:
             writer.write(connections[topic], node.get_clock().now().nanoseconds, raw)
@@ -217,7 +235,11 @@ def record(
 
         subscriptions = [
             node.create_subscription(
-                message_class(types[t]), t, lambda raw, t=t: store(t, raw), QoSProfile(depth=100), raw=True
+                message_class(types[t]),
+                t,
+                lambda raw, t=t: store(t, raw),
+                LATCHED if t in latched else QoSProfile(depth=100),
+                raw=True,
             )
             for t in topics
         ]

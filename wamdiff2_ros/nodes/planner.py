@@ -345,9 +345,13 @@ class PlannerNode(Node):
 
     def _on_route(self, msg: Path) -> None:
         self._seen("route")
+        if not msg.poses:  # the CARLA bridge's way of saying there is no route (no goal, no ego)
+            self._route = None
+            self.health.problem("route", "route withdrawn (an empty path)")
+            return
         try:
             self._route = route_from_path(msg)
-        except InputError as error:  # the last usable route stays
+        except InputError as error:  # a malformed route: the last usable one stays
             self.health.problem("route", f"route ignored: {error}")
 
     def _submit(self, match: Match[Frame, EgoMotion] | None) -> None:

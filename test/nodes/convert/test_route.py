@@ -60,7 +60,7 @@ def test_odometry_gives_the_egos_position_in_its_own_frame() -> None:
 @pytest.mark.parametrize(
     ("route", "ego", "reason"),
     [
-        (None, EgoPosition("map", (0.0, 0.0)), "no route received"),
+        (None, EgoPosition("map", (0.0, 0.0)), "no route on ~/input/route"),
         (Route("map", np.array([[0.0, 0.0], [2.0, 0.0]])), None, "no ego position"),
         (Route("map", np.array([[0.0, 0.0], [2.0, 0.0]])), EgoPosition("odom", (0.0, 0.0)), "frame 'map'"),
         (Route("map", np.array([[0.0, 0.0], [2.0, 0.0]])), EgoPosition("map", (0.0, 45.0)), "45 m from"),

@@ -44,9 +44,11 @@ def route_from_path(msg: Path) -> Route:
     points = points.reshape(-1, 2)
     if not np.isfinite(points).all():
         raise InputError("route has a non-finite pose")
-    if len(points):
-        moved = np.linalg.norm(np.diff(points, axis=0), axis=1) > 1e-6
-        points = points[np.concatenate([[True], moved])]
+    kept = list(points[:1])
+    for point in points[1:]:
+        if np.linalg.norm(point - kept[-1]) > 1e-6:  # against the last vertex kept: no zero-length segment
+            kept.append(point)
+    points = np.array(kept).reshape(-1, 2)
     if len(points) < 2:
         raise InputError(f"route needs two distinct poses, got {len(points)}")
     if not msg.header.frame_id:
@@ -62,7 +64,9 @@ def route_shape_ahead(route: Route | None, ego: EgoPosition | None) -> np.ndarra
             ``MAX_OFF_ROUTE_M`` from every vertex.
     """
     if route is None:
-        raise NoRouteShape("no route received on ~/input/route (the model reads the route's shape)")
+        raise NoRouteShape(
+            "no route on ~/input/route, none received or withdrawn (the model reads its shape)"
+        )
     if ego is None:
         raise NoRouteShape("no ego position yet (odometry)")
     if ego.frame_id != route.frame_id:
