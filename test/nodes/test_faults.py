@@ -245,6 +245,28 @@ def _cut_weights_short(folder: Path) -> None:  # as a failed copy
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 3])
 
 
+def _driver(probe: Probe, node: str, frame_id: str = "", position: tuple[float, float] = (0.0, 0.0)):
+    """A call for ``spin_until``'s ``during``: a frame between two odometry messages (at ``position`` in
+    ``frame_id``) every 0.2 s, to the planner ``node``."""
+    image = probe.node.create_publisher(Image, f"{node}/input/image", RELIABLE)
+    odometry = probe.node.create_publisher(Odometry, f"{node}/input/odometry", RELIABLE)
+    frame = numpy_to_image(np.full((180, 320, 3), 90, np.uint8), "bgr8")
+    last = [0.0]
+
+    def drive() -> None:
+        if time.monotonic() - last[0] > 0.2:
+            last[0] = time.monotonic()
+            stamp = probe.node.get_clock().now().to_msg()
+            state = Odometry(header=Header(stamp=stamp, frame_id=frame_id))
+            state.pose.pose.position.x, state.pose.pose.position.y = position
+            odometry.publish(state)
+            frame.header = Header(stamp=stamp)
+            image.publish(frame)
+            odometry.publish(state)
+
+    return drive
+
+
 @pytest.mark.ros
 def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, tmp_path: Path) -> None:
     folder = _model_copy(tmp_path)
@@ -291,21 +313,7 @@ def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one
             node_output(process)
         )
         assert "reads the route on ~/input/route" in _status_values(probe, node)["model"]
-        image = probe.node.create_publisher(Image, f"{node}/input/image", RELIABLE)
-        odometry = probe.node.create_publisher(Odometry, f"{node}/input/odometry", RELIABLE)
-        frame = numpy_to_image(np.full((180, 320, 3), 90, np.uint8), "bgr8")
-        last = [0.0]
-
-        def drive() -> None:
-            if time.monotonic() - last[0] > 0.2:
-                last[0] = time.monotonic()
-                stamp = probe.node.get_clock().now().to_msg()
-                state = Odometry(header=Header(stamp=stamp, frame_id="map"))
-                state.pose.pose.position.x, state.pose.pose.position.y = 100.0, 50.0
-                odometry.publish(state)
-                frame.header = Header(stamp=stamp)
-                image.publish(frame)
-                odometry.publish(state)
+        drive = _driver(probe, node, "map", (100.0, 50.0))
 
         def published(status: int) -> bool:
             return any(t.status == status for t in probe.received[topic])
@@ -358,20 +366,7 @@ def test_checkpoint_removed_after_loading_keeps_planning(ros_context, tmp_path: 
             node_output(process)
         )
         shutil.rmtree(folder)  # the weights are in memory: nothing reads the folder again
-        image = probe.node.create_publisher(Image, f"{node}/input/image", RELIABLE)
-        odometry = probe.node.create_publisher(Odometry, f"{node}/input/odometry", RELIABLE)
-        frame = numpy_to_image(np.full((180, 320, 3), 90, np.uint8), "bgr8")
-        last = [0.0]
-
-        def drive() -> None:
-            if time.monotonic() - last[0] > 0.2:
-                last[0] = time.monotonic()
-                stamp = probe.node.get_clock().now().to_msg()
-                state = Odometry(header=Header(stamp=stamp))
-                odometry.publish(state)
-                frame.header = Header(stamp=stamp)
-                image.publish(frame)
-                odometry.publish(state)
+        drive = _driver(probe, node)
 
         topic = f"{node}/output/trajectory"
         assert probe.spin_until(
