@@ -98,7 +98,14 @@ def _tokens(m: int) -> int:
 
 
 def launch_gate_up_silu(
-    x8, row_scale, gate_up8, col_scale, block_k: int = 128, warps: int = 4, dtype=torch.bfloat16
+    x8,
+    row_scale,
+    gate_up8,
+    col_scale,
+    block_k: int = 128,
+    warps: int = 4,
+    stages: int = 3,
+    dtype=torch.bfloat16,
 ):
     """x8 (m, k), row_scale (m, 1), gate_up8 (2 I, k), col_scale (1, 2 I) -> e4m3 (m, I), scales (m, I / 128),
     rounded to ``dtype`` at each step."""
@@ -110,18 +117,22 @@ def launch_gate_up_silu(
     gate_up_silu[(width // BLOCK,)](
         gate_up8, x8, row_scale, col_scale, q, scale, m, width, k, TOKENS=_tokens(m), BLOCK_N=BLOCK,
         BLOCK_K=block_k, ROUND=tl.bfloat16 if dtype == torch.bfloat16 else tl.float32, num_warps=warps,
+        num_stages=stages,
     )  # fmt: skip
     return q.to(FP8), scale
 
 
-def launch_block_scaled_product(x8, x_scale, w8, block_n: int = 64, warps: int = 4, dtype=torch.bfloat16):
+def launch_block_scaled_product(
+    x8, x_scale, w8, block_n: int = 64, warps: int = 4, stages: int = 3, dtype=torch.bfloat16
+):
     """x8 (m, k) with block scales (m, k / 128) times w8 (n, k) transposed -> (m, n) in ``dtype``."""
     m, k = x8.shape
     n = w8.shape[0]
     out = torch.empty((m, n), dtype=dtype, device=x8.device)
     block_scaled_product[(n // block_n,)](
-        w8, x8, x_scale, out, m, n, k, TOKENS=_tokens(m), BLOCK_N=block_n, BLOCK_K=BLOCK, num_warps=warps
-    )
+        w8, x8, x_scale, out, m, n, k, TOKENS=_tokens(m), BLOCK_N=block_n, BLOCK_K=BLOCK, num_warps=warps,
+        num_stages=stages,
+    )  # fmt: skip
     return out
 
 
@@ -177,9 +188,11 @@ def check() -> dict:
     }
     # fp32 (the interpreter): the same values; bf16: a raw sum in another order may round to the next bf16
     # (2^-8) and move a block's scale and its e4m3 codes
-    bound = 1e-4 if dtype == torch.float32 else 2e-2
-    assert result["scales_rel_error"] < bound and result["activations_rel_error"] < bound, result
-    assert result["product_rel_error"] < 1e-5, result
+    # Hopper's fp8 MMA sums at reduced precision (Triton's default max_num_imprecise_acc): ~2e-4 there
+    exact = dtype == torch.float32
+    assert result["scales_rel_error"] < (1e-4 if exact else 5e-2), result
+    assert result["activations_rel_error"] < (1e-4 if exact else 2e-2), result
+    assert result["product_rel_error"] < (1e-5 if exact else 2e-3), result
     return result
 
 
@@ -202,24 +215,41 @@ def time_mlp(rows: int = 32) -> dict:
             m8, _ = fp8_fused.silu_mul_quant(raw, row_scale, col_scale)
             fp8_fused.product(m8, Fp8Weight(down8, col_scale[:, :hidden], one), torch.bfloat16)
 
-    def fused() -> None:
-        for gate_up8, col_scale, down8 in weights:
-            q, scale = launch_gate_up_silu(x8, row_scale, gate_up8, col_scale)
-            launch_block_scaled_product(q, scale, down8)
+    def fused(warps: int = 4, stages: int = 3):
+        def calls() -> None:
+            for gate_up8, col_scale, down8 in weights:
+                q, scale = launch_gate_up_silu(x8, row_scale, gate_up8, col_scale, warps=warps, stages=stages)
+                launch_block_scaled_product(q, scale, down8, warps=warps, stages=stages)
+
+        return calls
 
     from wamdiff2_ros.decoding import pdl
 
     result = {"today, PDL": graph_ms(today) * 1000 / layers}
     pdl.PDL_ON_CUDA = False  # the fused kernels take no PDL (yet): the like-for-like pair without it
-    result |= {name: graph_ms(calls) * 1000 / layers for name, calls in (("today", today), ("fused", fused))}
+    variants = {
+        "today": today,
+        "fused": fused(),
+        "fused, 8 warps": fused(warps=8),
+        "fused, 4 stages": fused(stages=4),
+    }
+    for name, calls in variants.items():  # the tiles too: 48 gate/up programs where today's kernel has 96
+        result[name] = graph_ms(calls) * 1000 / layers
+        print(name, result[name], flush=True)
     return result
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         print(json.dumps(check()))
-    else:
-        result = {"check": check(), "us_per_layer": time_mlp()}
+    else:  # a failed check is recorded, not fatal: the timings still come back
+        result: dict = {}
+        try:
+            result["check"] = check()
+        except AssertionError as error:
+            result["check_failed"] = str(error)
+        print(json.dumps(result), flush=True)
+        result["us_per_layer"] = time_mlp()
         print(json.dumps(result))
         with open(sys.argv[2], "w") as f:
             json.dump(result, f, indent=1)
