@@ -21,6 +21,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
 
+from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.sim.bags import find_msg_file
 
 CLOCK_TOPIC = "/clock"
@@ -142,18 +143,13 @@ class BagPlayer:
         return published
 
 
-# A latched topic (a route): the newest message kept for subscribers that come later, who ask for transient
-# local too (a transient-local subscriber hears no volatile publisher, and a volatile one misses the message).
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
 def _publisher_qos(connection) -> QoSProfile:
     """Reliable with a queue of 10; a topic recorded latched is replayed latched."""
     from rosbags.interfaces import QosDurability
 
     offered = getattr(connection.ext, "offered_qos_profiles", None) or []
     if any(q.durability == QosDurability.TRANSIENT_LOCAL for q in offered):
-        return LATCHED
+        return qos.LATCHED
     return QoSProfile(depth=10)
 
 
@@ -238,7 +234,7 @@ def record(
                 message_class(types[t]),
                 t,
                 lambda raw, t=t: store(t, raw),
-                LATCHED if t in latched else QoSProfile(depth=100),
+                qos.LATCHED if t in latched else QoSProfile(depth=100),
                 raw=True,
             )
             for t in topics

@@ -25,13 +25,24 @@ def camera(reliability: str = "best_effort", depth: int = 1) -> QoSProfile:
     )
 
 
+# A latched topic (a route): reliable, the newest message kept for subscribers that come later. A
+# transient-local subscriber hears no volatile publisher, and a volatile one misses what came before it.
+LATCHED = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+
 def route(durability: str = "transient_local") -> QoSProfile:
-    """Route subscription: reliable, the newest route only; transient local by default, so a route published
-    once before the node started (the CARLA bridge's waypoints are latched) still arrives. A transient-local
-    subscriber hears no volatile publisher: ``volatile`` for those."""
-    policy = (
-        DurabilityPolicy.TRANSIENT_LOCAL if durability == "transient_local" else DurabilityPolicy.VOLATILE
-    )
+    """Route subscription: ``LATCHED`` by default, so a route published once before the node started (the
+    CARLA bridge's waypoints are latched) still arrives; ``volatile`` for volatile publishers."""
+    if durability == "transient_local":
+        return LATCHED
     return QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=policy
+        history=HistoryPolicy.KEEP_LAST,
+        depth=1,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
     )
