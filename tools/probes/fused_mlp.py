@@ -8,6 +8,9 @@ quantises its 128 outputs per token with a scale of their own (1 x 128 blocks, a
 activations); the down kernel applies those block scales in its depth loop (one block a step). Each kernel
 has a torch twin that rounds at the same points (bf16 after the raw product, the scales, SiLU and the
 product, as ``fp8_fused.reference_silu_mul_quant``); block scales are at least as accurate as row scales.
+The forty-first session's two-kernel MLP (docs/DECISIONS.md, rejected) left the quantisation to the down
+product, converting its bf16 input on the fly (28.4 us a layer against 9.9); here the down product reads
+e4m3 as today's and only scales each depth block's sum.
 
 Not wired into the decoder: this measures first. Usage:
   CPU, the kernels against their twins under Triton's interpreter:
