@@ -109,6 +109,7 @@ def test_the_route_is_written_once_latched_in_the_map_frame(drive):
     ticks, messages, _, route_map, path = drive
     (stamp_ns, route), *later = _topic(messages, BagTopics().route)
     assert not later and stamp_ns == START_TIME_NS + round(ticks[0].snapshot.time_s * 1e9)
+    assert messages[0][0] == BagTopics().route  # before the first frame: a replay plans it with the route
     assert route.header.frame_id == "map" == _topic(messages, BagTopics().odometry)[0][1].header.frame_id
     points = [(pose.pose.position.x, pose.pose.position.y) for pose in route.poses]
     np.testing.assert_allclose(points, route_map)

@@ -273,10 +273,9 @@ def write_drive_bag(
                     distance_m=0.0 if tick.command_distance_m is None else tick.command_distance_m,
                 ),
             }
-            if route_map is not None and count == 0:
-                messages[topics.route] = _route_msg(
-                    typestore, _header(typestore, time_ns, topics.map_frame), route_map
-                )
+            if route_map is not None and count == 0:  # first: a replay's first frame finds the route there
+                route = _route_msg(typestore, _header(typestore, time_ns, topics.map_frame), route_map)
+                messages = {topics.route: route, **messages}
             for topic, message in messages.items():
                 writer.write(connections[topic], time_ns, typestore.serialize_cdr(message, types[topic]))
             count += 1
