@@ -13,6 +13,7 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.paired import episode_scores, failure_changes, paired_difference, paired_ratio
 from wamdiff2_ros.eval.predict import ITEM_SCORES, SAMPLED_ANSWERS
 from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.checkpoint import read_command_rule
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
@@ -20,7 +21,9 @@ from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("generated")
-    generate(GenerateConfig(folder, samples=3, seed=7, camera=Camera().scaled_to_width(192)), progress=False)
+    rule = read_command_rule(default_model_dir())  # written in the rule the model reads
+    camera = Camera().scaled_to_width(192)
+    generate(GenerateConfig(folder, samples=3, seed=7, camera=camera, command_rule=rule), progress=False)
     return folder
 
 

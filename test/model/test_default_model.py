@@ -12,6 +12,7 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.model.checkpoint import read_pixel_budget
 from wamdiff2_ros.model.default import default_model_dir
+from wamdiff2_ros.model.prompt import ROUTE_COMMAND_RULE, STRAIGHT_ROUTE_AHEAD_M
 
 MAX_WEIGHT_BYTES = 30_000_000
 
@@ -31,6 +32,12 @@ def default_planner() -> Planner:
     return Planner.from_settings(DecodeConfig(block_size=32, steps=32, max_new_tokens=96, grammar=True))
 
 
+def straight_ahead(planner: Planner, image: np.ndarray, speed_mps: float) -> DrivingInputs:
+    """Driving on along a straight road (a route model is given its route, as the node gives it)."""
+    route = STRAIGHT_ROUTE_AHEAD_M if planner.command_rule == ROUTE_COMMAND_RULE else None
+    return DrivingInputs(image, "straight", (speed_mps, 0.0), (0.0, 0.0), None, route)
+
+
 def test_no_checkpoint_and_no_preset_loads_the_default_model(default_planner: Planner) -> None:
     assert Path(default_planner.loaded.source) == default_model_dir()
     assert Path(default_planner.loaded.tokenizer.name_or_path) == default_model_dir()  # its own tokenizer
@@ -45,7 +52,7 @@ def test_default_model_plans_a_rendered_frame_in_blocks(default_planner: Planner
     scene = make_scene(3)
     image = render_front(Camera().scaled_to_width(640), scene.lanes, scene.snapshot()).image_rgb
     speed = 12.0
-    output = default_planner.plan(DrivingInputs(image, "straight", (speed, 0.0), (0.0, 0.0)))
+    output = default_planner.plan(straight_ahead(default_planner, image, speed))
     waypoints = output.candidates[0].waypoints_ego
     assert waypoints is not None and np.isfinite(waypoints).all()
     assert 0.0 < waypoints[-1, 0] < 8 * 0.5 * speed * 1.5  # moving forward at a plausible pace
@@ -76,7 +83,7 @@ def test_a_smoothing_planner_publishes_the_smoothed_answer(default_planner: Plan
     scene = make_scene(3)
     image = render_front(Camera().scaled_to_width(640), scene.lanes, scene.snapshot()).image_rgb
     smoothing = Planner(default_planner.loaded, default_planner.config, smoothing=1.0)
-    inputs = DrivingInputs(image, "straight", (12.0, 0.0), (0.0, 0.0))
+    inputs = straight_ahead(smoothing, image, 12.0)
     (candidate,) = smoothing.plan(inputs).candidates
     expected = smooth_waypoints(parse_waypoints(candidate.text), (12.0, 0.0), 1.0)
     np.testing.assert_array_equal(candidate.waypoints_ego, expected)  # the text stays the model's answer

@@ -30,6 +30,7 @@ from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
+from wamdiff2_ros.nodes.convert.route import path_from_points
 from wamdiff2_ros.nodes.qos import RELIABLE
 from wamdiff2_ros.nodes.qos import route as latched_route_qos
 
@@ -366,7 +367,10 @@ def test_checkpoint_removed_after_loading_keeps_planning(ros_context, tmp_path: 
             node_output(process)
         )
         shutil.rmtree(folder)  # the weights are in memory: nothing reads the folder again
-        drive = _driver(probe, node)
+        drive = _driver(probe, node, "map")
+        ahead = np.arange(-10.0, 200.0, 2.0)  # a straight road through the ego: a route model's route
+        routes = probe.node.create_publisher(Path_, f"{node}/input/route", latched_route_qos())
+        routes.publish(path_from_points("map", np.stack([ahead, np.zeros_like(ahead)], axis=1)))
 
         topic = f"{node}/output/trajectory"
         assert probe.spin_until(

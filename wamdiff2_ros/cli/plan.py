@@ -86,7 +86,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         metavar="XY",
         help="the route's points 10, 20, 30 and 40 m ahead as x1 y1 ... x4 y4, metres in the route's frame "
-        "at the ego (a model of the branch_route rule)",
+        "at the ego (a model of the branch_route rule, as the bundled default model since 2026-12-06; "
+        "straight ahead: 10 0 20 0 30 0 40 0)",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")

@@ -19,6 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as NavPath  # pathlib's Path names files here
 from std_msgs.msg import Header
 
 from wamdiff2_ros.msg import PlannedTrajectory
@@ -26,6 +27,7 @@ from wamdiff2_ros.nodes import qos
 from wamdiff2_ros.nodes.bag_io import with_node
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.convert.odometry import stamp_ns
+from wamdiff2_ros.nodes.convert.route import path_from_points
 from wamdiff2_ros.nodes.launch_spec import TOPICS, command_line, node_specs, share_dir, transport_environment
 
 INPUTS = TOPICS["default"]  # the launch file's remappings for the default preset
@@ -100,11 +102,14 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
 
     received: dict[int, float] = {}
     in_node_ms: dict[int, float] = {}  # per frame: the node's own receipt-to-result time (DecoderInfo)
+    fallbacks: set[int] = set()  # frames answered by the fallback, not the model
 
     def on_trajectory(msg: PlannedTrajectory) -> None:
         stamp = stamp_ns(msg.header)
         received.setdefault(stamp, time.time_ns())
         in_node_ms.setdefault(stamp, msg.decoder.latency_ms)
+        if msg.status == PlannedTrajectory.STATUS_FALLBACK:
+            fallbacks.add(stamp)
 
     stages: dict[str, float] = {}
     gpu_memory_mb: list[float] = []  # the planner's allocated GPU memory, from each report
@@ -126,6 +131,11 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     )
     image_publisher = node.create_publisher(Image, INPUTS["image"], qos.RELIABLE)
     odometry_publisher = node.create_publisher(Odometry, INPUTS["odometry"], qos.RELIABLE)
+    # A route model plans only with its route: one straight ahead of the ego, latched as a navigation stack
+    # publishes it (a model of another rule never reads it)
+    route_publisher = node.create_publisher(NavPath, INPUTS["route"], qos.LATCHED)
+    ahead = np.arange(-10.0, 400.0, 2.0)  # the bench's ego stands at the origin of its odometry's frame
+    route_publisher.publish(path_from_points("camera", np.stack([ahead, np.zeros_like(ahead)], axis=1)))
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     deadline = time.monotonic() + 600.0  # a GPU planner warms up (compile, capture) before it is ready
@@ -177,6 +187,7 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
         "frames_sent": len(sent),
         "frames_planned": int(latencies_ms.size),
         "frames_dropped": len(sent) - int(latencies_ms.size),
+        "frames_fallback": len(fallbacks & set(planned)),
         "latency_p50_ms": round(float(np.percentile(latencies_ms, 50)), 1),
         "latency_p99_ms": round(float(np.percentile(latencies_ms, 99)), 1),
         "latency_min_ms": round(float(latencies_ms.min()), 1),

@@ -6,19 +6,23 @@ import math
 
 import numpy as np
 import pytest
-from geometry_msgs.msg import Point, Pose, PoseStamped
 from nav_msgs.msg import Odometry, Path
 from std_msgs.msg import Header
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import route_ahead
 from wamdiff2_ros.nodes.convert.odometry import EgoPosition, ego_position
-from wamdiff2_ros.nodes.convert.route import NoRouteShape, Route, route_from_path, route_shape_ahead
+from wamdiff2_ros.nodes.convert.route import (
+    NoRouteShape,
+    Route,
+    path_from_points,
+    route_from_path,
+    route_shape_ahead,
+)
 
 
 def path(points, frame_id: str = "map") -> Path:
-    poses = [PoseStamped(pose=Pose(position=Point(x=float(x), y=float(y)))) for x, y in points]
-    return Path(header=Header(frame_id=frame_id), poses=poses)
+    return path_from_points(frame_id, np.array(points, dtype=np.float64).reshape(-1, 2))
 
 
 def test_a_path_becomes_its_polyline_without_repeated_poses() -> None:

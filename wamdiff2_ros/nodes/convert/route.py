@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
+from std_msgs.msg import Header
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.prompt import route_ahead
@@ -32,6 +34,18 @@ class Route:
 
 class NoRouteShape(InputError):
     """A route model's frame cannot be planned: no usable route for the ego's position."""
+
+
+def path_from_points(frame_id: str, points_m: np.ndarray) -> Path:
+    """A route polyline (N, 2) as the nav_msgs/Path a navigation system publishes (``route_from_path``'s
+    inverse; for tools that stand in for one)."""
+    header = Header(frame_id=frame_id)
+    path = Path(header=header)
+    for x, y in np.asarray(points_m, dtype=np.float64):
+        pose = PoseStamped(header=header)
+        pose.pose.position.x, pose.pose.position.y = float(x), float(y)
+        path.poses.append(pose)
+    return path
 
 
 def route_from_path(msg: Path) -> Route:
