@@ -31,10 +31,33 @@ def test_slow_stream_is_planned_or_counted_and_latencies_are_ordered(tmp_path: P
     assert result["frames_sent"] == 4 and result["frames_planned"] + result["frames_dropped"] == 4
     # At 2 Hz the tiny model plans every frame on an idle machine; on two cores busy with other tests a
     # plan can outlast the period and the newest frame wins (a drop), so only "some are planned" holds.
-    assert result["frames_planned"] >= 1
+    assert result["frames_planned"] >= 1 and result["frames_fallback"] == 0
     assert 0 < result["latency_min_ms"] <= result["latency_p50_ms"] <= result["latency_p99_ms"] < 10_000
     stages = result["planner_stage_p50_ms"]  # where the node's time goes, from its /diagnostics
     assert {"delivery", "queue", "convert", "preprocess", "decode", "publish"} <= set(stages)
     assert 0 <= result["outside_node_p50_ms"] <= result["latency_p50_ms"]  # same clock on both ends
     assert result["gpu_memory_allocated_mb_max"] is None  # a CPU model
     assert sum(stages.values()) <= result["latency_p99_ms"]
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_route_model_is_given_its_route_and_plans(tmp_path: Path) -> None:
+    """The bundled model reads the route's shape: the bench gives it one, so its frames are the model's
+    plans, not the fallback's."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.prompt import ROUTE_COMMAND_RULE
+
+    assert read_command_rule(default_model_dir()) == ROUTE_COMMAND_RULE  # else this test tests nothing
+    result = measure(
+        preset="",
+        device="cpu",
+        width=320,
+        height=180,
+        rate_hz=1.0,
+        frames=2,
+        overrides={"candidates.count": 1, "input.max_age_s": 5.0},
+        log=tmp_path / "planner.log",
+    )
+    assert result["frames_planned"] >= 1 and result["frames_fallback"] == 0
