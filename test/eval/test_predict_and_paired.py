@@ -4,6 +4,7 @@ and ``eval paired`` compares two planners sample by sample."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -157,3 +158,11 @@ def test_paired_difference_needs_the_same_episodes(tmp_path) -> None:
         paired_difference({1: 0.5, 2: 0.4}, {1: 0.5, 3: 0.4})
     with pytest.raises(InputError, match="has no policy 'expert'"):
         episode_scores(_report(tmp_path / "a.json", "model", {1: 0.5}), "expert")
+
+
+def test_predict_refuses_data_of_another_command_rule(generated, tmp_path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(generated, data)
+    (data / "navigation.json").write_text('{"command_rule": "heading"}')
+    with pytest.raises(InputError, match="command rule"):
+        cli_main(["eval", "predict", str(default_model_dir()), str(data), str(tmp_path / "out.json")])

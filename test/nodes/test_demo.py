@@ -18,6 +18,8 @@ def test_demo_plans_a_replayed_drive_and_draws_it(tmp_path: Path) -> None:
     outputs = run_demo(tmp_path / "demo", seconds=3.0, seed=1, model="", preset="", rate=0.5)
     summary = json.loads(outputs.metrics.read_text())
     assert summary["model"] == "default model" and summary["frames_planned"] >= 2
+    # the model's plans, not the fallback's: the bag gives the route model its route
+    assert summary["frames_fallback"] < summary["frames_planned"]
     assert "constant_velocity" in summary and "selected_plan" in summary
     assert len(summary["selected_plan"]["l2_per_waypoint_m"]) == 8
     sheet = Image.open(outputs.contact_sheet)

@@ -28,7 +28,8 @@ def test_slow_stream_is_planned_or_counted_and_latencies_are_ordered(tmp_path: P
         log=tmp_path / "planner.log",
         frame=frame,
     )
-    assert result["frames_sent"] == 4 and result["frames_planned"] + result["frames_dropped"] == 4
+    assert result["frames_sent"] == 4
+    assert result["frames_planned"] + result["frames_fallback"] + result["frames_dropped"] == 4
     # At 2 Hz the tiny model plans every frame on an idle machine; on two cores busy with other tests a
     # plan can outlast the period and the newest frame wins (a drop), so only "some are planned" holds.
     assert result["frames_planned"] >= 1 and result["frames_fallback"] == 0

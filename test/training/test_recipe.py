@@ -323,7 +323,7 @@ def test_an_edited_recipe_makes_again_what_changed_and_what_reads_it(tmp_path) -
 
 
 def test_a_model_is_evaluated_only_on_data_of_its_command_rule(tmp_path) -> None:
-    from wamdiff2_ros.training.recipe import check_command_rules
+    from wamdiff2_ros.eval.predict import check_command_rules
 
     (tmp_path / "config.json").write_text("{}")  # a model from before the rule was recorded: heading
     check_command_rules(tmp_path, tmp_path)  # and a data folder from then: heading too

@@ -501,7 +501,12 @@ def _fp8(args: argparse.Namespace) -> int:
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
     from wamdiff2_ros.model.default import default_model_dir
     from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS
-    from wamdiff2_ros.model.prompt import build_planning_prompt
+    from wamdiff2_ros.model.prompt import (
+        COMMAND_RULE_KEY,
+        ROUTE_COMMAND_RULE,
+        STRAIGHT_ROUTE_AHEAD_M,
+        build_planning_prompt,
+    )
     from wamdiff2_ros.model.tokenizer import load_tokenizer
 
     device = torch.device(args.device)
@@ -513,13 +518,27 @@ def _fp8(args: argparse.Namespace) -> int:
         model, tokenizer = loaded.model, loaded.tokenizer
         min_pixels, max_pixels = read_pixel_budget(default_model_dir())
     width, height = (int(v) for v in args.image.split(",")[0].lower().split("x"))
+    # the prompts the model reads: a route model (the bundled one since 2026-12-06) a straight route's
+    route = (
+        STRAIGHT_ROUTE_AHEAD_M
+        if getattr(model.config, COMMAND_RULE_KEY, None) == ROUTE_COMMAND_RULE
+        else None
+    )
     prompts = []
     for index in range(args.frames):  # a fixed set: seeded frames, ego speeds 0..14 m/s, every command
         image = np.random.default_rng(index).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
         command = ("straight", "left", "right", "unknown")[index % 4]
         velocity = (float(index % 15), 0.0)
         prompt = build_planning_prompt(
-            tokenizer, image, command, velocity, (0.0, 0.0), min_pixels=min_pixels, max_pixels=max_pixels
+            tokenizer,
+            image,
+            command,
+            velocity,
+            (0.0, 0.0),
+            None,
+            route,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
         )
         prompts.append(prompt)
     backend = resolve_backend("auto", args.device)

@@ -290,7 +290,13 @@ def run_predict(args: argparse.Namespace) -> int:
     import torch
 
     from wamdiff2_ros.decoding.config import DecodeConfig
-    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, cost_summary, predict_records
+    from wamdiff2_ros.eval.predict import (
+        MAX_NEW_TOKENS,
+        answers_file,
+        check_command_rules,
+        cost_summary,
+        predict_records,
+    )
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
     from wamdiff2_ros.model.image import MIN_PIXELS
     from wamdiff2_ros.model.prompt import min_int_digits_of
@@ -298,6 +304,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    check_command_rules(Path(args.checkpoint), args.data)  # prompts in another rule score the mismatch
     loaded = load_checkpoint(args.checkpoint, dtype=args.dtype)
     min_pixels, max_pixels = read_pixel_budget(args.checkpoint) or (MIN_PIXELS, loaded.max_pixels)
     records = load_records(args.data / f"{args.task}.json", args.task)[: args.samples or None]

@@ -112,9 +112,16 @@ def animation(frames: Sequence[ReportFrame], camera: Camera, path: Path, fps: fl
 
 
 def open_loop_metrics(frames: Sequence[ReportFrame]) -> dict:
-    """Mean L2 per waypoint, ADE and FDE of the selected plans and of constant velocity vs the real path."""
-    scored = [f for f in frames if f.expert_ego is not None and 0 <= f.selected < len(f.candidates_ego)]
-    summary: dict = {"frames_planned": len(frames), "frames_with_future": len(scored)}
+    """Mean L2 per waypoint, ADE and FDE of the selected plans and of constant velocity vs the real path,
+    over the frames the model planned (a fallback's plan is counted, not scored)."""
+    fallbacks = sum(f.status == "fallback" for f in frames)
+    scored = [
+        f
+        for f in frames
+        if f.expert_ego is not None and 0 <= f.selected < len(f.candidates_ego) and f.status != "fallback"
+    ]
+    summary: dict = {"frames_planned": len(frames), "frames_fallback": fallbacks}
+    summary["frames_with_future"] = len(scored)
     policies = {
         "selected_plan": lambda f: f.candidates_ego[f.selected],
         "constant_velocity": lambda f: f.constant_velocity_ego,

@@ -21,6 +21,7 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.result import grounding_scores
+from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
@@ -131,3 +132,16 @@ def cost_summary(predictions: list[Prediction]) -> dict:
         "decode_s_median": statistics.median(seconds),
         "decode_s_p90": seconds[int(0.9 * (len(seconds) - 1))],
     }
+
+
+def check_command_rules(checkpoint: Path, data: Path) -> None:
+    """Raise InputError when the model at ``checkpoint`` reads another navigation command rule than the
+    prompts of the data folder ``data`` were written in (its scores would measure the mismatch)."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule
+    from wamdiff2_ros.sim.dataset import load_command_rule
+
+    model_rule, data_rule = read_command_rule(checkpoint), load_command_rule(data)
+    if model_rule != data_rule:
+        raise InputError(
+            f"{checkpoint} reads the {model_rule!r} command rule, {data} is written in {data_rule!r}"
+        )

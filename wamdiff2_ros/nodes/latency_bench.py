@@ -1,12 +1,14 @@
 """End-to-end latency of the planner node: camera frame published -> trajectory received, across processes.
 
 A planner process (started as the launch file starts it) is fed frames and odometry from this process at a
-fixed rate over real DDS; each received trajectory is matched to its frame by the header stamp (the frame's
-stamp is its publish time on the shared system clock). Reported: p50 / p99 latency, the frames planned and
-those the newest-frame-wins worker dropped, and the planner's own stage medians from its last /diagnostics
-(``delivery``: the frame's stamp to the node's callback, ``queue``: callback to worker start, ``convert``,
-``Planner.plan``'s stages, then ``publish``: the four outputs), so the time DDS and the node add shows beside
-the plan's, and the largest GPU memory the planner reported.
+fixed rate over real DDS, and a straight route (a route model plans only with one, as a navigation system
+gives it); each received trajectory is matched to its frame by the header stamp (the frame's stamp is its
+publish time on the shared system clock). Reported: p50 / p99 latency of the model's plans, the frames
+planned, those answered by the fallback and those the newest-frame-wins worker dropped, and the planner's
+own stage medians from its last /diagnostics (``delivery``: the frame's stamp to the node's callback,
+``queue``: callback to worker start, ``convert``, ``Planner.plan``'s stages, then ``publish``: the four
+outputs), so the time DDS and the node add shows beside the plan's, and the largest GPU memory the planner
+reported.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     endpoints = (
         image_publisher.get_subscription_count,
         odometry_publisher.get_subscription_count,
+        route_publisher.get_subscription_count,  # matched: the latched route is on its way before a frame
         trajectories.get_publisher_count,
     )
     while not all(count() > 0 for count in endpoints):
@@ -177,17 +180,20 @@ def _drive(node, planner: subprocess.Popen, log: Path, image, rate_hz: float, fr
     while time.monotonic() < report and not stages:
         executor.spin_once(timeout_sec=0.1)
     node.destroy_subscription(diagnostics)
-    planned = [s for s in sent if s in received]
+    answered = [s for s in sent if s in received]
+    planned = [s for s in answered if s not in fallbacks]  # the model's plans: what the latencies are of
     latencies_ms = np.array([(received[s] - s) / 1e6 for s in planned])
     # Outside the node's receipt-to-result: delivery to the node, publishing, the trajectory's way back.
     outside_ms = latencies_ms - np.array([in_node_ms[s] for s in planned])
     if latencies_ms.size == 0:
-        raise RuntimeError(f"no trajectory came back; planner log:\n{log.read_text()[-2000:]}")
+        fell_back = len(answered) - len(planned)
+        tail = log.read_text()[-2000:]
+        raise RuntimeError(f"no model plan came back ({fell_back} fallbacks); planner log:\n{tail}")
     return {
         "frames_sent": len(sent),
         "frames_planned": int(latencies_ms.size),
-        "frames_dropped": len(sent) - int(latencies_ms.size),
-        "frames_fallback": len(fallbacks & set(planned)),
+        "frames_dropped": len(sent) - len(answered),
+        "frames_fallback": len(answered) - len(planned),
         "latency_p50_ms": round(float(np.percentile(latencies_ms, 50)), 1),
         "latency_p99_ms": round(float(np.percentile(latencies_ms, 99)), 1),
         "latency_min_ms": round(float(latencies_ms.min()), 1),

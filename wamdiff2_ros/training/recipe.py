@@ -533,7 +533,13 @@ def _pack(step: dict[str, Any], context: _Context) -> Path:
 def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.decoding.config import DecodeConfig
     from wamdiff2_ros.eval.open_loop import evaluate_open_loop, load_predictions, score_detections
-    from wamdiff2_ros.eval.predict import MAX_NEW_TOKENS, answers_file, cost_summary, predict_records
+    from wamdiff2_ros.eval.predict import (
+        MAX_NEW_TOKENS,
+        answers_file,
+        check_command_rules,
+        cost_summary,
+        predict_records,
+    )
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
     from wamdiff2_ros.model.image import MIN_PIXELS
     from wamdiff2_ros.model.prompt import min_int_digits_of
@@ -565,19 +571,6 @@ def _evaluate(step: dict[str, Any], context: _Context) -> Path:
     report["cost"] = costs  # forwards per answer: the student's bar is "several times fewer" than its teacher
     (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     return out / "metrics.json"
-
-
-def check_command_rules(checkpoint: Path, data: Path) -> None:
-    """Raise InputError when the model at ``checkpoint`` reads another navigation command rule than the
-    prompts of the data folder ``data`` were written in (its scores would measure the mismatch)."""
-    from wamdiff2_ros.model.checkpoint import read_command_rule
-    from wamdiff2_ros.sim.dataset import load_command_rule
-
-    model_rule, data_rule = read_command_rule(checkpoint), load_command_rule(data)
-    if model_rule != data_rule:
-        raise InputError(
-            f"{checkpoint} reads the {model_rule!r} command rule, {data} is written in {data_rule!r}"
-        )
 
 
 def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
