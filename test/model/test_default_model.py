@@ -12,7 +12,7 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.model.checkpoint import read_pixel_budget
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import ROUTE_COMMAND_RULE, STRAIGHT_ROUTE_AHEAD_M
+from wamdiff2_ros.model.prompt import straight_road_route
 
 MAX_WEIGHT_BYTES = 30_000_000
 
@@ -34,7 +34,7 @@ def default_planner() -> Planner:
 
 def straight_ahead(planner: Planner, image: np.ndarray, speed_mps: float) -> DrivingInputs:
     """Driving on along a straight road (a route model is given its route, as the node gives it)."""
-    route = STRAIGHT_ROUTE_AHEAD_M if planner.command_rule == ROUTE_COMMAND_RULE else None
+    route = straight_road_route(planner.command_rule)
     return DrivingInputs(image, "straight", (speed_mps, 0.0), (0.0, 0.0), None, route)
 
 

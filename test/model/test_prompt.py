@@ -22,6 +22,7 @@ from wamdiff2_ros.model.prompt import (
     min_int_digits_of,
     navigation_text,
     planning_user_text,
+    straight_road_route,
 )
 
 # reference README.md:116, one line per row
@@ -208,3 +209,9 @@ def test_prompt_ids_are_the_whole_chat_text_tokenised(tokenizer, size_hw) -> Non
         pads = int(prompt.mm_token_type_ids.sum())
         text = chat_prompt_text(planning_user_text(command, velocity, (0.17, -1.53)), pads)
         assert prompt.input_ids[0].tolist() == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_a_straight_road_gives_a_route_model_its_shape_and_other_models_none() -> None:
+    shape = straight_road_route("branch_route")
+    np.testing.assert_array_equal(shape, [[10, 0], [20, 0], [30, 0], [40, 0]])  # route_ahead's points
+    assert all(straight_road_route(rule) is None for rule in ("branch", "heading", "branch_distance"))

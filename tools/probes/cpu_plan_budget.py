@@ -25,12 +25,7 @@ from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint, read_command_rule
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import (
-    COMMAND_RULE_KEY,
-    MIN_INT_DIGITS_KEY,
-    ROUTE_COMMAND_RULE,
-    STRAIGHT_ROUTE_AHEAD_M,
-)
+from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, MIN_INT_DIGITS_KEY, straight_road_route
 from wamdiff2_ros.model.vocab import read_kept
 from wamdiff2_ros.nodes.params import decode_config, node_defaults
 from wamdiff2_ros.sim.render import render_front
@@ -58,7 +53,7 @@ def frames() -> list[DrivingInputs]:
     """Rendered 1920x1080 front views of five seeded scenes (the simulator's, as a camera would give)."""
     camera = Camera().scaled_to_width(1920)
     # every model measured reads the bundled model's rule: a route model is given a straight route
-    route = STRAIGHT_ROUTE_AHEAD_M if read_command_rule(default_model_dir()) == ROUTE_COMMAND_RULE else None
+    route = straight_road_route(read_command_rule(default_model_dir()))
     inputs = []
     for seed in range(5):
         scene = make_scene(seed)

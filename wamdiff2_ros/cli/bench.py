@@ -501,12 +501,7 @@ def _fp8(args: argparse.Namespace) -> int:
     from wamdiff2_ros.model.checkpoint import load_checkpoint, read_pixel_budget
     from wamdiff2_ros.model.default import default_model_dir
     from wamdiff2_ros.model.image import MAX_PIXELS, MIN_PIXELS
-    from wamdiff2_ros.model.prompt import (
-        COMMAND_RULE_KEY,
-        ROUTE_COMMAND_RULE,
-        STRAIGHT_ROUTE_AHEAD_M,
-        build_planning_prompt,
-    )
+    from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, build_planning_prompt, straight_road_route
     from wamdiff2_ros.model.tokenizer import load_tokenizer
 
     device = torch.device(args.device)
@@ -518,12 +513,7 @@ def _fp8(args: argparse.Namespace) -> int:
         model, tokenizer = loaded.model, loaded.tokenizer
         min_pixels, max_pixels = read_pixel_budget(default_model_dir())
     width, height = (int(v) for v in args.image.split(",")[0].lower().split("x"))
-    # the prompts the model reads: a route model (the bundled one since 2026-12-06) a straight route's
-    route = (
-        STRAIGHT_ROUTE_AHEAD_M
-        if getattr(model.config, COMMAND_RULE_KEY, None) == ROUTE_COMMAND_RULE
-        else None
-    )
+    route = straight_road_route(getattr(model.config, COMMAND_RULE_KEY, ""))  # a route model reads one
     prompts = []
     for index in range(args.frames):  # a fixed set: seeded frames, ego speeds 0..14 m/s, every command
         image = np.random.default_rng(index).integers(0, 256, size=(height, width, 3), dtype=np.uint8)

@@ -31,13 +31,13 @@ from wamdiff2_ros.model.prompt import (
     MAX_PIXELS,
     NUM_WAYPOINTS,
     ROUTE_COMMAND_RULE,
-    STRAIGHT_ROUTE_AHEAD_M,
     build_planning_prompt,
     build_prompt,
     command_rule_of,
     detection_user_text,
     ego_states_of_every_prompt_length,
     min_int_digits_of,
+    straight_road_route,
 )
 from wamdiff2_ros.model.tokenizer import load_tokenizer
 from wamdiff2_ros.model.vocab import available_ids
@@ -251,7 +251,7 @@ class Planner:
         """
         started = time.perf_counter()
         frame = np.random.default_rng(0).integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
-        route = STRAIGHT_ROUTE_AHEAD_M if self.command_rule == ROUTE_COMMAND_RULE else None
+        route = straight_road_route(self.command_rule)
         inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0), None, route)
         for _ in range(2):  # the second run is what a frame sees: it must find everything built
             self.plan(inputs)

@@ -53,6 +53,12 @@ STRAIGHT_ROUTE_AHEAD_M = np.stack([ROUTE_AHEAD_ARC_M, np.zeros(len(ROUTE_AHEAD_A
 MAX_COMMAND_DISTANCE_M = 99
 
 
+def straight_road_route(command_rule: str) -> np.ndarray | None:
+    """The route input of a straight road ahead for a model of ``command_rule``: the route's shape for a
+    ``branch_route`` model (it read one in every prompt), None for the others (for warm-ups and benches)."""
+    return STRAIGHT_ROUTE_AHEAD_M if command_rule == ROUTE_COMMAND_RULE else None
+
+
 def _pair(values: Sequence[float], name: str) -> str:
     if len(values) != 2 or not all(np.isfinite(v) for v in values):
         raise InputError(f"{name} must be two finite numbers, got {values!r}")
