@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -122,3 +123,17 @@ def dds_exchange(ros_context, tmp_path_factory):
 
 def _type_name(cls) -> str:
     return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
+
+
+@pytest.fixture
+def route_model(tmp_path) -> Path:
+    """The bundled model's weights in a folder of their own, told to read the route (``branch_route``): a
+    model that plans only with a route, for the node's and the bench's route paths."""
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, ROUTE_COMMAND_RULE
+
+    folder = tmp_path / "route_model"
+    shutil.copytree(default_model_dir(), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: ROUTE_COMMAND_RULE}))
+    return folder

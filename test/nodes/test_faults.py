@@ -7,7 +7,6 @@ stack recovers without a restart where it can. The CUDA out-of-memory fault need
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -27,7 +26,6 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY
 from wamdiff2_ros.msg import CandidateTrajectories, PlannedTrajectory
 from wamdiff2_ros.nodes.convert.images import numpy_to_image
 from wamdiff2_ros.nodes.convert.route import path_from_points
@@ -294,15 +292,13 @@ def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, 
 
 @pytest.mark.ros
 def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one(
-    ros_context, tmp_path: Path
+    ros_context, route_model: Path
 ) -> None:
     """A ``branch_route`` model (every prompt it learnt from had the route's shape) plans once a route
     arrives on ~/input/route (latched, as the CARLA bridge's waypoints), and falls back again once an empty
     path withdraws it (the bridge's "no goal"); without a route each frame gets the fallback, and
     /diagnostics says why. (A route latched before the node subscribes: test_bag_io's latched replay.)"""
-    folder = _model_copy(tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: "branch_route"}))
+    folder = route_model
     namespace = "/faults_route"
     node = f"{namespace}/wamdiff2_planner"
     params = {**PLANNER_PARAMS, "model.preset": "", "model.checkpoint": str(folder), "candidates.count": 1}

@@ -3,8 +3,6 @@ counted as dropped."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import cv2
@@ -45,16 +43,9 @@ def test_slow_stream_is_planned_or_counted_and_latencies_are_ordered(tmp_path: P
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_a_route_model_is_given_its_route_and_plans(tmp_path: Path) -> None:
+def test_a_route_model_is_given_its_route_and_plans(route_model: Path, tmp_path: Path) -> None:
     """A model of the ``branch_route`` rule plans only with a route: the bench gives it one, so its frames
     are the model's plans, not the fallback's. (The bundled model's weights, told to read the route.)"""
-    from wamdiff2_ros.model.default import default_model_dir
-    from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, ROUTE_COMMAND_RULE
-
-    folder = tmp_path / "route_model"
-    shutil.copytree(default_model_dir(), folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: ROUTE_COMMAND_RULE}))
     result = measure(
         preset="",
         device="cpu",
@@ -62,7 +53,7 @@ def test_a_route_model_is_given_its_route_and_plans(tmp_path: Path) -> None:
         height=180,
         rate_hz=1.0,
         frames=2,
-        overrides={"model.checkpoint": str(folder), "candidates.count": 1, "input.max_age_s": 5.0},
+        overrides={"model.checkpoint": str(route_model), "candidates.count": 1, "input.max_age_s": 5.0},
         log=tmp_path / "planner.log",
     )
     assert result["frames_planned"] >= 1 and result["frames_fallback"] == 0
