@@ -12,7 +12,7 @@ plain configuration is the most a route-reading fix could buy; what stays below 
 stop); ``greedy``: the greedy plan alone.
 
 Usage: python3 tools/probes/route_lateral_oracle.py MODEL_DIR scored|greedy SEED EPISODES OUT.json
-       [--image-width 256] [--workers 2] (CPU, ~12 min for 100 episodes scored on 2 cores)
+       [--image-width 256] [--workers 2] [--centreline] (CPU, ~12 min for 100 episodes scored on 2 cores)
 """
 
 from __future__ import annotations
@@ -26,44 +26,44 @@ import numpy as np
 from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
 from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, ScoredModelPolicy
 from wamdiff2_ros.geometry import Camera, map_to_ego
+from wamdiff2_ros.route_frame import RouteFrame
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, run_episode
 from wamdiff2_ros.sim.scenes import Scene
 
-STRAIGHT_ON_M = 500.0  # past its end the route goes on straight
-
 
 def along_route(
-    plan_ego: np.ndarray, route_map: np.ndarray, ego_xy: np.ndarray, ego_yaw_rad: float
+    plan_ego: np.ndarray,
+    route_map: np.ndarray,
+    ego_xy: np.ndarray,
+    ego_yaw_rad: float,
+    centreline: bool = False,
 ) -> np.ndarray:
-    """``plan_ego`` (n, 2) with each waypoint moved to the point as far along the route (from the ego's
-    projection on it, past its end straight on) as the waypoint is along the plan, the route shifted so that
-    it starts at the ego: a standing plan stays where the car stands."""
+    """``plan_ego`` (n, 2) with each waypoint moved as far along the route, moved to the ego
+    (``RouteFrame``), as the waypoint is along the plan: s from the plan, d = 0 (a standing plan stays).
+    ``centreline``: on the route's own centreline instead (d = 0 in the frame that is not moved: the plan
+    steps back into the lane, a standing plan points beside the car)."""
     arcs = np.cumsum(np.linalg.norm(np.diff(np.vstack([np.zeros(2), plan_ego]), axis=0), axis=1))
-    tail = route_map[-1] - route_map[-2]
-    route = np.vstack([route_map, route_map[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)])
-    starts, segments = route[:-1], np.diff(route, axis=0)
-    lengths = np.linalg.norm(segments, axis=1)
-    projected = np.einsum("ij,ij->i", ego_xy - starts, segments) / np.maximum(lengths**2, 1e-12)
-    along = np.clip(projected, 0.0, 1.0)
-    nearest = int(np.argmin(np.linalg.norm(starts + along[:, None] * segments - ego_xy, axis=1)))
-    route_arcs = np.concatenate([[0.0], np.cumsum(lengths)])
-    start_arc = route_arcs[nearest] + along[nearest] * lengths[nearest]
-
-    def at(arc: np.ndarray) -> np.ndarray:
-        return np.stack([np.interp(arc, route_arcs, route[:, axis]) for axis in (0, 1)], -1)
-
-    return map_to_ego(at(start_arc + arcs) - at(start_arc) + ego_xy, ego_xy, ego_yaw_rad)
+    frame = RouteFrame.from_points(route_map)
+    if centreline:
+        start, _ = frame.project(ego_xy)
+        points = frame.position(start + arcs)
+    else:
+        points = frame.to_xy(arcs, np.zeros_like(arcs), ego_xy)
+    return map_to_ego(points, ego_xy, ego_yaw_rad)
 
 
 class RouteLateral:
     """A policy's candidates laid along the live scene's route (``scene`` set at each episode's start)."""
 
     scene: Scene | None = None
+    centreline = False
 
     def candidates(self, observation: Observation) -> list[np.ndarray]:
-        ego = self.scene.snapshot().ego
-        route = self.scene.route_map
-        return [along_route(c, route, ego.xy, ego.yaw_rad) for c in super().candidates(observation)]
+        ego, route = self.scene.snapshot().ego, self.scene.route_map
+        return [
+            along_route(c, route, ego.xy, ego.yaw_rad, self.centreline)
+            for c in super().candidates(observation)
+        ]
 
 
 class ScoredRouteLateral(RouteLateral, ScoredModelPolicy):
@@ -78,7 +78,7 @@ _policies: dict[str, ModelPolicy] = {}
 
 
 def _job(job: tuple) -> tuple[dict, dict]:
-    source, seed, config = job
+    source, seed, config, centreline = job
     if "policy" not in _policies:
         built = replace(source, threads=1).policy()
         if source.scored:
@@ -88,6 +88,7 @@ def _job(job: tuple) -> tuple[dict, dict]:
         else:
             _policies["policy"] = GreedyRouteLateral(built.planner)
     policy = _policies["policy"]
+    policy.centreline = centreline
     before = policy.tallies()
 
     def factory(scene: Scene) -> ModelPolicy:
@@ -108,14 +109,17 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--image-width", type=int, default=256)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--centreline", action="store_true", help="on the route's centreline, not moved to the car"
+    )
     args = parser.parse_args()
     camera = Camera().scaled_to_width(args.image_width)
     config = ClosedLoopConfig(camera=camera)
     source = ModelPolicySource(args.model, scored=args.policy == "scored", camera=camera, smoothing=1.0)
     seeds = list(range(args.seed, args.seed + args.episodes))
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        results = pool.map(_job, [(source, seed, config) for seed in seeds])
-    name = f"model-{args.policy}-route-lateral"
+        results = pool.map(_job, [(source, seed, config, args.centreline) for seed in seeds])
+    name = f"model-{args.policy}-route-lateral" + ("-centreline" if args.centreline else "")
     report = policy_report_of(seeds, None, name, results, args.model)
     print(name, save_policy_report(args.out, report, name))
 

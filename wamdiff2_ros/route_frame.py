@@ -1,0 +1,84 @@
+"""Coordinates along a route: ``s`` metres along it, ``d`` metres to its left (a Frenet frame on a polyline).
+
+The frame is the route moved to a car: its origin is the car's position, and the route's shape from the
+car's projection on it is laid from there, so a car that keeps its present offset from the centreline has
+``d = 0``. A plan written this way says how far the car goes (its speed profile) and how far it leaves the
+route's shape; where the road turns, the route turns it (docs/DECISIONS.md, "answers along the route").
+Positions are in whatever frame the route's points are (map or ego); past its last point the route goes on
+straight, before its first it begins there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wamdiff2_ros.errors import InputError
+
+STRAIGHT_ON_M = 500.0  # how far past its end the route is taken to go on straight
+
+
+@dataclass(frozen=True)
+class RouteFrame:
+    """A route polyline with its arc lengths. Build with ``from_points``."""
+
+    points: np.ndarray  # (N, 2), consecutive points apart, the last STRAIGHT_ON_M past the route's end
+    arcs: np.ndarray  # (N,) arc length at each point
+
+    @classmethod
+    def from_points(cls, route_xy: np.ndarray) -> RouteFrame:
+        """The frame of a route through ``route_xy`` (N >= 2 points; repeated points are dropped)."""
+        route = np.asarray(route_xy, dtype=np.float64)
+        if route.ndim != 2 or route.shape[1] != 2:
+            raise InputError(f"a route is (N, 2) points, got shape {route.shape}")
+        keep = np.concatenate([[True], np.linalg.norm(np.diff(route, axis=0), axis=1) > 1e-9])
+        route = route[keep]
+        if len(route) < 2:
+            raise InputError("a route needs two distinct points")
+        tail = route[-1] - route[-2]
+        route = np.vstack([route, route[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)])
+        lengths = np.linalg.norm(np.diff(route, axis=0), axis=1)
+        return cls(route, np.concatenate([[0.0], np.cumsum(lengths)]))
+
+    def position(self, arc: np.ndarray) -> np.ndarray:
+        """The route's points (..., 2) at arc lengths ``arc`` (...), clamped to the route."""
+        arc = np.asarray(arc, dtype=np.float64)
+        return np.stack([np.interp(arc, self.arcs, self.points[:, axis]) for axis in (0, 1)], -1)
+
+    def left(self, arc: np.ndarray) -> np.ndarray:
+        """The unit vectors (..., 2) to the route's left at arc lengths ``arc``: its segment's there."""
+        segment = np.clip(np.searchsorted(self.arcs, arc, side="right") - 1, 0, len(self.points) - 2)
+        direction = self.points[segment + 1] - self.points[segment]
+        direction = direction / np.linalg.norm(direction, axis=-1, keepdims=True)
+        return np.stack([-direction[..., 1], direction[..., 0]], -1)
+
+    def project(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Arc length of the nearest route point and the signed offset to the route's left, for points
+        ``xy`` (..., 2)."""
+        xy = np.asarray(xy, dtype=np.float64)
+        flat = xy.reshape(-1, 2)
+        starts, segments = self.points[:-1], np.diff(self.points, axis=0)
+        relative = flat[:, None, :] - starts  # (M, N - 1, 2)
+        squared = np.einsum("ij,ij->i", segments, segments)
+        along = np.clip(np.einsum("mij,ij->mi", relative, segments) / squared, 0.0, 1.0)
+        distance = np.linalg.norm(relative - along[..., None] * segments, axis=-1)
+        nearest = np.argmin(distance, axis=1)
+        arc = self.arcs[nearest] + along[np.arange(len(flat)), nearest] * np.sqrt(squared[nearest])
+        offset = np.einsum("mj,mj->m", flat - self.position(arc), self.left(arc))
+        arc, offset = arc.reshape(xy.shape[:-1]), offset.reshape(xy.shape[:-1])
+        return arc, offset
+
+    def to_xy(self, s: np.ndarray, d: np.ndarray, origin_xy: np.ndarray) -> np.ndarray:
+        """Positions (..., 2) of coordinates (``s``, ``d``) in the frame moved to ``origin_xy``."""
+        start, _ = self.project(origin_xy)
+        arc = start + np.asarray(s, dtype=np.float64)
+        moved = self.position(arc) - self.position(start) + origin_xy
+        return moved + np.asarray(d, dtype=np.float64)[..., None] * self.left(arc)
+
+    def from_xy(self, xy: np.ndarray, origin_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The coordinates (s, d) of positions ``xy`` (..., 2) in the frame moved to ``origin_xy``: the
+        inverse of ``to_xy`` where the route's curvature radius exceeds |d|."""
+        start, _ = self.project(origin_xy)
+        arc, offset = self.project(np.asarray(xy, dtype=np.float64) - origin_xy + self.position(start))
+        return arc - start, offset
