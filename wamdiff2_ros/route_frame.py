@@ -5,7 +5,9 @@ car's projection on it is laid from there, so a car that keeps its present offse
 ``d = 0``. A plan written this way says how far the car goes (its speed profile) and how far it leaves the
 route's shape; where the road turns, the route turns it (docs/DECISIONS.md, "answers along the route").
 Positions are in whatever frame the route's points are (map or ego); past its last point the route goes on
-straight, before its first it begins there.
+straight, before its first it begins there. A position's place on the route is its nearest point over the
+whole route: a route that passes near itself (a roundabout's entry and exit) would need the search kept to a
+window around the car's last place (not built: the probe that uses this reads it once per plan).
 """
 
 from __future__ import annotations
