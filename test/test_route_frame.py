@@ -11,39 +11,47 @@ def _circle(radius_m: float, spacing_m: float = 2.0) -> np.ndarray:
     return np.stack([radius_m * np.sin(angles), radius_m * (1 - np.cos(angles))], 1)
 
 
-def test_a_straight_route_moves_coordinates_by_the_origin():
+@pytest.mark.parametrize("moved", [False, True])
+def test_on_a_straight_route_d_is_the_offset_from_the_centreline_or_from_the_car(moved):
     frame = RouteFrame.from_points([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0]])
     origin = np.array([3.0, 1.5])
-    points = frame.to_xy(np.array([0.0, 5.0, 40.0]), np.array([0.0, -1.0, 2.0]), origin)
-    np.testing.assert_allclose(points, [[3.0, 1.5], [8.0, 0.5], [43.0, 3.5]])  # on straight past the end
-    s, d = frame.from_xy(points, origin)
-    np.testing.assert_allclose(s, [0.0, 5.0, 40.0], atol=1e-12)
-    np.testing.assert_allclose(d, [0.0, -1.0, 2.0], atol=1e-12)
+    s, d = np.array([0.0, 5.0, 40.0]), np.array([0.0, -1.0, 2.0])
+    points = frame.to_xy(s, d, origin, moved)
+    lateral = d + (1.5 if moved else 0.0)
+    np.testing.assert_allclose(points, np.stack([3.0 + s, lateral], 1))  # on straight past the end
+    s_back, d_back = frame.from_xy(points, origin, moved)
+    np.testing.assert_allclose(s_back, s, atol=1e-12)
+    np.testing.assert_allclose(d_back, d, atol=1e-12)
 
 
-def test_coordinates_round_trip_on_a_curve_and_zero_offset_stays_on_the_moved_route():
+@pytest.mark.parametrize("moved", [False, True])
+def test_coordinates_round_trip_on_a_curve_and_zero_offset_stays_on_the_route(moved):
     route = _circle(30.0)
     frame = RouteFrame.from_points(route)
     origin = route[3] + np.array([0.4, -0.8])  # off the centreline
     s = np.linspace(0.0, 40.0, 9)
     d = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 0.3, 0.0])
-    s_back, d_back = frame.from_xy(frame.to_xy(s, d, origin), origin)
+    s_back, d_back = frame.from_xy(frame.to_xy(s, d, origin, moved), origin, moved)
     np.testing.assert_allclose(s_back, s, atol=1e-9)
     np.testing.assert_allclose(d_back, d, atol=1e-9)
-    # d = 0: the route's own points moved by the origin's offset from its projection
+    # d = 0: the route's own points (moved by the origin's offset from its projection)
     start, _ = frame.project(origin)
-    on_route = frame.to_xy(s, np.zeros_like(s), origin) - origin + frame.position(start)
+    shift = origin - frame.position(start) if moved else 0.0
+    on_route = frame.to_xy(s, np.zeros_like(s), origin, moved) - shift
     _, offsets = frame.project(on_route)
     np.testing.assert_allclose(offsets, 0.0, atol=1e-9)
 
 
-def test_a_turn_bends_a_straight_plan_and_a_standing_plan_stays_put():
+def test_a_turn_bends_a_straight_plan_and_a_standing_plan_stays_put_in_the_moved_frame():
     right_turn = np.vstack([[[x, 0.0] for x in range(0, 22, 2)], [[20.0, -y] for y in range(2, 40, 2)]])
     frame = RouteFrame.from_points(right_turn)
     origin = np.array([2.0, 0.0])
     bent = frame.to_xy(np.array([10.0, 25.0]), np.zeros(2), origin)
     np.testing.assert_allclose(bent, [[12.0, 0.0], [20.0, -7.0]])
-    np.testing.assert_allclose(frame.to_xy(np.zeros(3), np.zeros(3), origin), np.tile(origin, (3, 1)))
+    beside = np.array([2.0, 0.5])
+    standing = frame.to_xy(np.zeros(3), np.zeros(3), beside, moved=True)
+    np.testing.assert_allclose(standing, np.tile(beside, (3, 1)))
+    np.testing.assert_allclose(frame.to_xy(np.zeros(1), np.zeros(1), beside), [[2.0, 0.0]])
 
 
 def test_project_gives_the_signed_offset_to_the_left():

@@ -1,9 +1,10 @@
 """Coordinates along a route: ``s`` metres along it, ``d`` metres to its left (a Frenet frame on a polyline).
 
-The frame is the route moved to a car: its origin is the car's position, and the route's shape from the
-car's projection on it is laid from there, so a car that keeps its present offset from the centreline has
-``d = 0``. A plan written this way says how far the car goes (its speed profile) and how far it leaves the
-route's shape; where the road turns, the route turns it (docs/DECISIONS.md, "answers along the route").
+``s`` counts from a car's place on the route (its nearest point). ``d`` is the offset from the route's
+centreline, so ``d = 0`` steers a car back into the lane; with ``moved``, from the route's shape moved to the
+car (``d = 0`` keeps the car's present offset: measured worse, it cuts corners off the road). A plan written
+this way says how far the car goes (its speed profile) and how far it leaves the route; where the road
+turns, the route turns it (docs/DECISIONS.md, "plans written along the route").
 Positions are in whatever frame the route's points are (map or ego); past its last point the route goes on
 straight, before its first it begins there. A position's place on the route is its nearest point over the
 whole route: a route that passes near itself (a roundabout's entry and exit) would need the search kept to a
@@ -71,16 +72,19 @@ class RouteFrame:
         arc, offset = arc.reshape(xy.shape[:-1]), offset.reshape(xy.shape[:-1])
         return arc, offset
 
-    def to_xy(self, s: np.ndarray, d: np.ndarray, origin_xy: np.ndarray) -> np.ndarray:
-        """Positions (..., 2) of coordinates (``s``, ``d``) in the frame moved to ``origin_xy``."""
+    def to_xy(self, s: np.ndarray, d: np.ndarray, origin_xy: np.ndarray, moved: bool = False) -> np.ndarray:
+        """Positions (..., 2) of coordinates (``s``, ``d``) from ``origin_xy``'s place on the route."""
         start, _ = self.project(origin_xy)
         arc = start + np.asarray(s, dtype=np.float64)
-        moved = self.position(arc) - self.position(start) + origin_xy
-        return moved + np.asarray(d, dtype=np.float64)[..., None] * self.left(arc)
+        on_route = self.position(arc) + (origin_xy - self.position(start) if moved else 0.0)
+        return on_route + np.asarray(d, dtype=np.float64)[..., None] * self.left(arc)
 
-    def from_xy(self, xy: np.ndarray, origin_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The coordinates (s, d) of positions ``xy`` (..., 2) in the frame moved to ``origin_xy``: the
-        inverse of ``to_xy`` where the route's curvature radius exceeds |d|."""
+    def from_xy(
+        self, xy: np.ndarray, origin_xy: np.ndarray, moved: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The coordinates (s, d) of positions ``xy`` (..., 2) counted from ``origin_xy``'s place on the
+        route: the inverse of ``to_xy`` where the route's curvature radius exceeds |d|."""
         start, _ = self.project(origin_xy)
-        arc, offset = self.project(np.asarray(xy, dtype=np.float64) - origin_xy + self.position(start))
+        shift = self.position(start) - origin_xy if moved else 0.0
+        arc, offset = self.project(np.asarray(xy, dtype=np.float64) + shift)
         return arc - start, offset

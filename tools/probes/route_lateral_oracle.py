@@ -43,12 +43,7 @@ def along_route(
     ``centreline``: on the route's own centreline instead (d = 0 in the frame that is not moved: the plan
     steps back into the lane, a standing plan points beside the car)."""
     arcs = np.cumsum(np.linalg.norm(np.diff(np.vstack([np.zeros(2), plan_ego]), axis=0), axis=1))
-    frame = RouteFrame.from_points(route_map)
-    if centreline:
-        start, _ = frame.project(ego_xy)
-        points = frame.position(start + arcs)
-    else:
-        points = frame.to_xy(arcs, np.zeros_like(arcs), ego_xy)
+    points = RouteFrame.from_points(route_map).to_xy(arcs, np.zeros_like(arcs), ego_xy, moved=not centreline)
     return map_to_ego(points, ego_xy, ego_yaw_rad)
 
 
