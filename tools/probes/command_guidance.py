@@ -26,11 +26,11 @@ import torch
 from wamdiff2_ros.decoding.block import decode_block
 from wamdiff2_ros.decoding.kv_cache import BlockCache
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
-from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
-from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, model_policy_factory
+from wamdiff2_ros.eval.closed_loop import policy_report_of, save_policy_report
+from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, counted_episode
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.prompt import PromptTensors, build_planning_prompt
-from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, run_episode
+from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation
 
 REFERENCE_COMMAND = "straight"
 
@@ -146,10 +146,7 @@ def _job(job: tuple) -> tuple[dict, dict]:
     source, weight, lateral_only, seed, config, kind = job
     if weight not in _policies:
         _policies[weight] = GuidedPolicy(source.policy().planner, weight, lateral_only)
-    policy = _policies[weight]
-    before = policy.tallies()
-    row = episode_row(run_episode(seed, model_policy_factory(policy), config, kind))
-    return row, {k: v - before[k] for k, v in policy.tallies().items()}
+    return counted_episode(_policies[weight], seed, config, kind)
 
 
 def main() -> None:

@@ -23,11 +23,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
-from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, ScoredModelPolicy
+from wamdiff2_ros.eval.closed_loop import policy_report_of, save_policy_report
+from wamdiff2_ros.eval.model_policy import ModelPolicy, ModelPolicySource, ScoredModelPolicy, counted_episode
 from wamdiff2_ros.geometry import Camera, map_to_ego
 from wamdiff2_ros.route_frame import RouteFrame
-from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, run_episode
+from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation
 from wamdiff2_ros.sim.scenes import Scene
 
 
@@ -84,15 +84,13 @@ def _job(job: tuple) -> tuple[dict, dict]:
             _policies["policy"] = GreedyRouteLateral(built.planner)
     policy = _policies["policy"]
     policy.centreline = centreline
-    before = policy.tallies()
 
     def factory(scene: Scene) -> ModelPolicy:
         policy.start_episode()
         policy.scene = scene
         return policy
 
-    row = episode_row(run_episode(seed, factory, config))
-    return row, {k: v - before[k] for k, v in policy.tallies().items()}
+    return counted_episode(policy, seed, config, factory=factory)
 
 
 def main() -> None:

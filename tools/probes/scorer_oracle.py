@@ -23,12 +23,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from wamdiff2_ros.eval.closed_loop import episode_row, policy_report_of, save_policy_report
+from wamdiff2_ros.eval.closed_loop import policy_report_of, save_policy_report
 from wamdiff2_ros.eval.metrics import Agents
-from wamdiff2_ros.eval.model_policy import ModelPolicySource, ScoredModelPolicy
+from wamdiff2_ros.eval.model_policy import ModelPolicySource, ScoredModelPolicy, counted_episode
 from wamdiff2_ros.geometry import Camera, ego_to_map, map_to_ego, wrap_angle
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS, WAYPOINT_DT_S
-from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, run_episode
+from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation
 from wamdiff2_ros.sim.scenes import Scene
 
 HALF_FOV_RAD = np.radians(32.0 + 5.0)  # the camera's half angle, and a margin for a car half in view
@@ -93,15 +93,13 @@ def _job(job: tuple) -> tuple[dict, dict]:
     if key not in _policies:
         _policies[key] = OracleScoredPolicy(replace(source, threads=1).policy(), mode, range_m)
     policy = _policies[key]
-    before = policy.tallies()
 
     def factory(scene: Scene) -> OracleScoredPolicy:
         policy.start_episode()
         policy.scene = scene
         return policy
 
-    row = episode_row(run_episode(seed, factory, config))
-    return row, {k: v - before[k] for k, v in policy.tallies().items()}
+    return counted_episode(policy, seed, config, factory=factory)
 
 
 def main() -> None:

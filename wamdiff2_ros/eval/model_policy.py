@@ -296,9 +296,24 @@ def _episode_job(job: tuple) -> tuple[dict, dict[str, int]]:
         return episode_row(run_episode(seed, baseline_factory(name), config, kind)), {}
     if name not in _worker_models:
         _worker_models[name] = replace(source, threads=1).policy()
-    policy = _worker_models[name]
+    return counted_episode(_worker_models[name], seed, config, kind)
+
+
+def counted_episode(
+    policy: ModelPolicy,
+    seed: int,
+    config: ClosedLoopConfig,
+    kind: str | None = None,
+    factory: PolicyFactory | None = None,
+) -> tuple[dict, dict[str, int]]:
+    """One episode of a loaded policy (a worker's serves many): its row and the tallies it added.
+    ``factory`` hands the policy to the episode (``model_policy_factory``'s when None; a probe's may give
+    it the live scene first)."""
+    from wamdiff2_ros.eval.closed_loop import episode_row
+    from wamdiff2_ros.sim.closed_loop import run_episode
+
     before = policy.tallies()
-    row = episode_row(run_episode(seed, model_policy_factory(policy), config, kind))
+    row = episode_row(run_episode(seed, factory or model_policy_factory(policy), config, kind))
     return row, {key: count - before[key] for key, count in policy.tallies().items()}
 
 
