@@ -1,10 +1,13 @@
 """Coordinates along a route: ``s`` metres along it, ``d`` metres to its left (a Frenet frame on a polyline).
 
-``s`` counts from a car's place on the route (its nearest point). ``d`` is the offset from the route's
-centreline, so ``d = 0`` steers a car back into the lane; with ``moved``, from the route's shape moved to the
-car (``d = 0`` keeps the car's present offset: measured worse, it cuts corners off the road). A plan written
-this way says how far the car goes (its speed profile) and how far it leaves the route; where the road
-turns, the route turns it (docs/DECISIONS.md, "plans written along the route").
+``s`` counts from a car's place on the route (its nearest point). Where ``d`` counts from (``LATERALS``):
+``centreline``, the route's centreline (``d = 0`` steers a car back into the lane); ``offset``, the car's
+present offset from it, normal to the route (``d = 0`` follows the route's shape at the car's offset: the
+car's own lateral moves, as an ego-frame plan writes them on a straight road); ``moved``, the route's shape
+moved (translated) to the car (measured worse: through a turn the car's offset turns with the road, and it
+cuts corners off the road). A plan written this way says how far the car goes (its speed profile) and how
+far it leaves the route; where the road turns, the route turns it (docs/DECISIONS.md, "plans written along
+the route").
 Positions are in whatever frame the route's points are (map or ego); past its last point the route goes on
 straight, before its first it begins there. A position's place on the route is its nearest point over the
 whole route: a route that passes near itself (a roundabout's entry and exit) would need the search kept to a
@@ -20,6 +23,12 @@ import numpy as np
 from wamdiff2_ros.errors import InputError
 
 STRAIGHT_ON_M = 500.0  # how far past its end the route is taken to go on straight
+# A polyline's corners are rounded this many times: outside a bend, the positions nearest a vertex all
+# project onto it and keep only their offset along its normal, so a corner of angle a loses up to d sin(a)
+# of a position d from the route; three rounds divide the angles by 8 (a 2 m polyline on a 12 m radius:
+# 10 degrees to 1.2), moving the route by centimetres.
+CORNER_ROUNDS = 3
+LATERALS = ("centreline", "offset", "moved")
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class RouteFrame:
         if len(route) < 2:
             raise InputError("a route needs two distinct points")
         tail = route[-1] - route[-2]
-        route = np.vstack([route, route[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)])
+        route = np.vstack([_rounded(route), route[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)])
         lengths = np.linalg.norm(np.diff(route, axis=0), axis=1)
         return cls(route, np.concatenate([[0.0], np.cumsum(lengths)]))
 
@@ -72,19 +81,40 @@ class RouteFrame:
         arc, offset = arc.reshape(xy.shape[:-1]), offset.reshape(xy.shape[:-1])
         return arc, offset
 
-    def to_xy(self, s: np.ndarray, d: np.ndarray, origin_xy: np.ndarray, moved: bool = False) -> np.ndarray:
-        """Positions (..., 2) of coordinates (``s``, ``d``) from ``origin_xy``'s place on the route."""
-        start, _ = self.project(origin_xy)
+    def to_xy(
+        self, s: np.ndarray, d: np.ndarray, origin_xy: np.ndarray, lateral: str = "centreline"
+    ) -> np.ndarray:
+        """Positions (..., 2) of coordinates (``s``, ``d``) from ``origin_xy``'s place on the route, ``d``
+        counted as ``lateral`` says (``LATERALS``)."""
+        start, offset = self.project(origin_xy)
         arc = start + np.asarray(s, dtype=np.float64)
-        on_route = self.position(arc) + (origin_xy - self.position(start) if moved else 0.0)
-        return on_route + np.asarray(d, dtype=np.float64)[..., None] * self.left(arc)
+        d = np.asarray(d, dtype=np.float64) + (offset if _lateral(lateral) == "offset" else 0.0)
+        on_route = self.position(arc) + (origin_xy - self.position(start) if lateral == "moved" else 0.0)
+        return on_route + d[..., None] * self.left(arc)
 
     def from_xy(
-        self, xy: np.ndarray, origin_xy: np.ndarray, moved: bool = False
+        self, xy: np.ndarray, origin_xy: np.ndarray, lateral: str = "centreline"
     ) -> tuple[np.ndarray, np.ndarray]:
         """The coordinates (s, d) of positions ``xy`` (..., 2) counted from ``origin_xy``'s place on the
-        route: the inverse of ``to_xy`` where the route's curvature radius exceeds |d|."""
-        start, _ = self.project(origin_xy)
-        shift = self.position(start) - origin_xy if moved else 0.0
-        arc, offset = self.project(np.asarray(xy, dtype=np.float64) + shift)
-        return arc - start, offset
+        route, ``d`` as ``lateral`` says: the inverse of ``to_xy`` where the route's curvature radius
+        exceeds |d|."""
+        start, offset = self.project(origin_xy)
+        shift = self.position(start) - origin_xy if _lateral(lateral) == "moved" else 0.0
+        arc, d = self.project(np.asarray(xy, dtype=np.float64) + shift)
+        return arc - start, d - (offset if lateral == "offset" else 0.0)
+
+
+def _rounded(route: np.ndarray, rounds: int = CORNER_ROUNDS) -> np.ndarray:
+    """``route`` with its corners cut (Chaikin: each segment's quarter and three-quarter points), its end
+    points kept."""
+    for _ in range(rounds):
+        starts, ends = route[:-1], route[1:]
+        cuts = np.stack([0.75 * starts + 0.25 * ends, 0.25 * starts + 0.75 * ends], 1).reshape(-1, 2)
+        route = np.vstack([route[:1], cuts[1:-1], route[-1:]])
+    return route
+
+
+def _lateral(lateral: str) -> str:
+    if lateral not in LATERALS:
+        raise InputError(f"lateral must be one of {LATERALS}, got {lateral!r}")
+    return lateral

@@ -51,3 +51,33 @@ def test_a_planner_with_other_settings_keeps_the_models_rule(tiny_model, tokeniz
     assert original.config.candidates == 1 and planner._engines is original._engines
     with pytest.raises(InputError, match="branch_route rule; route's shapes given: none"):
         planner.plan(DrivingInputs(front_image, "right", (8.0, 0.0), (0.0, 0.0)))
+
+
+def test_a_model_that_plans_along_the_route_is_given_its_polyline_and_its_answers_turn_with_it(
+    tiny_model, tokenizer, front_image, monkeypatch
+):
+    """A ``route`` plan frame model's answer (s, d) becomes ego waypoints along the route polyline the
+    inputs carry (model.plan_frame); without one it is refused, as one is for an ego-frame model."""
+    from wamdiff2_ros.model.plan_frame import PLAN_FRAME_KEY, STRAIGHT_ROAD_ROUTE_EGO, plan_to_ego
+
+    monkeypatch.setattr(tiny_model.config, PLAN_FRAME_KEY, "route", raising=False)
+    planner = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), CONFIG, smoothing=0.0)
+    answer = ",".join(f"{3.0 * k:05.2f},00.00" for k in range(1, 9))  # 3 m a step on the route
+    decoded = SimpleNamespace(
+        candidates=(SimpleNamespace(text=answer, seed=0),), vision_s=0.0, prefill_s=0.0, latency_s=0.0
+    )
+    monkeypatch.setattr(planner, "_decode", lambda *_: decoded)
+    right_bend = np.array([[-10.0, 0.0], [10.0, 0.0], [20.0, -5.0], [25.0, -20.0], [25.0, -60.0]])
+    output = planner.plan(DrivingInputs(front_image, "right", (6.0, 0.0), (0.0, 0.0), route_ego_m=right_bend))
+    waypoints = output.candidates[0].waypoints_ego
+    straight_on = np.arange(1, 9)[:, None] * [3.0, 0.0]
+    np.testing.assert_allclose(waypoints, plan_to_ego(straight_on, "route", right_bend))
+    assert waypoints[-1, 1] < -5.0  # the straight answer turned right with the route
+    with pytest.raises(InputError, match="route frame; route polylines given: none"):
+        planner.plan(DrivingInputs(front_image, "right", (6.0, 0.0), (0.0, 0.0)))
+    monkeypatch.setattr(tiny_model.config, PLAN_FRAME_KEY, "ego")
+    ego_planner = Planner(LoadedModel(tiny_model, tokenizer, "tiny"), CONFIG)
+    with pytest.raises(InputError, match="ego frame; route polylines given: one"):
+        ego_planner.plan(
+            DrivingInputs(front_image, "left", (6.0, 0.0), (0.0, 0.0), route_ego_m=STRAIGHT_ROAD_ROUTE_EGO)
+        )

@@ -9,9 +9,16 @@ import pytest
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.parse import boxes_to_source_px, parse_detections, parse_waypoints
+from wamdiff2_ros.model.plan_frame import plan_to_ego
 from wamdiff2_ros.model.prompt import planning_user_text
 from wamdiff2_ros.sim import export
-from wamdiff2_ros.sim.dataset import GenerateConfig, generate, load_command_rule, standing_start
+from wamdiff2_ros.sim.dataset import (
+    GenerateConfig,
+    generate,
+    load_command_rule,
+    load_plan_frame,
+    standing_start,
+)
 from wamdiff2_ros.sim.expert import AgentFutures, GroundTruth
 from wamdiff2_ros.training.data import load_records
 
@@ -84,6 +91,31 @@ def test_generation_is_deterministic_and_complete(tmp_path):
     assert json.loads((tmp_path / "a" / "camera.json").read_text())["intrinsics"]["width_px"] == 192
     assert load_command_rule(tmp_path / "a") == "branch"  # recorded beside the camera
     assert load_command_rule(tmp_path) == "heading"  # a folder without the record: the legacy rule
+    assert load_plan_frame(tmp_path / "a") == "ego" and load_plan_frame(tmp_path) == "ego"
+
+
+def test_answers_along_the_route_read_back_as_the_experts_waypoints(tmp_path):
+    """A ``route`` folder's answers are (s, d) along the truth line's route window: converted back as the
+    planner converts them, they are the expert's ego-frame waypoints (to the answer's 2 decimals)."""
+    config = GenerateConfig(
+        tmp_path, samples=12, seed=5, camera=Camera().scaled_to_width(192), workers=1, plan_frame="route",
+        scene_kind="roundabout", min_int_digits=2,
+    )  # fmt: skip
+    generate(config, progress=False)
+    assert load_plan_frame(tmp_path) == "route"
+    answers = {r["id"]: r["conversations"][-1]["value"] for r in load_json(tmp_path / "planning.json")}
+    truths = [json.loads(line) for line in (tmp_path / "ground_truth.jsonl").read_text().splitlines()]
+    turning = 0
+    for line in truths:
+        truth = export.ground_truth_from_line(line)
+        waypoints = plan_to_ego(parse_waypoints(answers[line["id"]]), "route", truth.route_ego_m)
+        np.testing.assert_allclose(waypoints, truth.waypoints_ego, atol=0.05)  # 4 m off a corner: 4 cm
+        turning += abs(truth.waypoints_ego[-1, 1]) > 2.0
+    assert turning  # some of the roundabout's plans turn, their answers do not say so in y
+
+
+def load_json(path):
+    return json.loads(path.read_text())
 
 
 def test_an_unknown_command_rule_is_refused(tmp_path):

@@ -178,7 +178,7 @@ def test_a_new_run_goes_on_from_a_given_output_running_only_what_the_target_need
 
 def test_a_merge_lists_the_turns_more_often(tmp_path) -> None:
     from wamdiff2_ros.model.prompt import format_waypoints
-    from wamdiff2_ros.sim.dataset import write_command_rule
+    from wamdiff2_ros.sim.dataset import write_navigation
     from wamdiff2_ros.sim.export import record
 
     data = tmp_path / "data"
@@ -192,7 +192,7 @@ def test_a_merge_lists_the_turns_more_often(tmp_path) -> None:
     (data / "detection.json").write_text(json.dumps([record("d", "images/a.png", "boxes", "none")]))
     (data / "qa.json").write_text("[]")
     (data / "camera.json").write_text("{}")
-    write_command_rule(data, "branch")
+    write_navigation(data, "branch", "ego")
     recipe = {
         "run_dir": str(tmp_path / "run"),
         "device": "cpu",

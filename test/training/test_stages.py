@@ -101,6 +101,7 @@ def test_sft_writes_checkpoints_metrics_and_loss_plot(sft_run):
     assert json.loads((final / "config.json").read_text())["planning_min_int_digits"] == 1
     # and the command rule of its data, which the closed loop gives it (`model.prompt.command_rule_of`)
     assert json.loads((final / "config.json").read_text())["navigation_command_rule"] == "branch"
+    assert json.loads((final / "config.json").read_text())["planning_plan_frame"] == "ego"  # and its frame
     assert (sft_run / "B1" / "step_0000004" / "training_state" / "optimizer.safetensors").is_file()
     assert (sft_run / "loss.png").stat().st_size > 0
     rows = [json.loads(line) for line in (sft_run / "metrics.jsonl").read_text().splitlines()]

@@ -81,6 +81,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "prompt ('right in 35m'); heading, its heading change over 50 m (what models trained before "
         "2026-12-03 read; ambiguous in roundabouts)",
     )
+    gen.add_argument(
+        "--plan-frame",
+        choices=("ego", "route"),
+        default="ego",
+        help="the frame the planning answers are written in: ego (x forward, y left; default) or route "
+        "(s along the route, d left of the car's offset from it: model/plan_frame.py)",
+    )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(
         "dagger",
@@ -120,6 +127,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the navigation rule the samples' prompts are written in (default: the one the model reads, "
         "which it drives on either way)",
     )
+    dagger.add_argument(
+        "--plan-frame",
+        choices=("ego", "route"),
+        help="the frame the expert's answers are written in (default: the one the model writes)",
+    )
     dagger.add_argument("--route-m", type=float, default=400.0, help="route length (default 400 m)")
     dagger.add_argument("--max-s", type=float, default=20.0, help="time limit per episode (default 20 s)")
     dagger.add_argument("--plan-hz", type=float, default=2.0, help="the model's planning rate (default 2)")
@@ -148,6 +160,7 @@ def run_generate(args: argparse.Namespace) -> int:
         standing_starts=args.standing_starts,
         highway_events_only=args.highway_events_only,
         command_rule=args.command_rule,
+        plan_frame=args.plan_frame,
         first_sample_s=args.first_sample_s,
         scene_kind=args.kind,
     )
@@ -180,6 +193,7 @@ def run_dagger(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         steps=args.steps,
         command_rule=args.command_rule,
+        plan_frame=args.plan_frame,
         workers=args.workers,
         first_sample_s=args.first_sample_s,
         label_last_states=args.label_last_states,

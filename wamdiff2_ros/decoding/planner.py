@@ -27,6 +27,12 @@ from wamdiff2_ros.model.box_fusion import fused_answers
 from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.model.parse import parse_waypoints
+from wamdiff2_ros.model.plan_frame import (
+    DEFAULT_PLAN_FRAME,
+    STRAIGHT_ROAD_ROUTE_EGO,
+    plan_frame_of,
+    plan_to_ego,
+)
 from wamdiff2_ros.model.prompt import (
     MAX_PIXELS,
     NUM_WAYPOINTS,
@@ -56,6 +62,9 @@ class DrivingInputs:
             ``branch_distance`` rule (``model.prompt.planning_user_text``); None where unknown.
         route_ahead_m: the route's shape ahead (``model.prompt.ROUTE_AHEAD_ARC_M``), for a model trained
             on the ``branch_route`` rule; None where unknown.
+        route_ego_m: the route's polyline around the ego (M, 2) in the ego frame
+            (``model.plan_frame.route_window_ego``), for a model that writes its plans along the route;
+            None where unknown.
     """
 
     image_rgb: np.ndarray
@@ -64,6 +73,7 @@ class DrivingInputs:
     acceleration_mps2: tuple[float, float]
     command_distance_m: float | None = None
     route_ahead_m: np.ndarray | None = None
+    route_ego_m: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,7 @@ class Planner:
         self.max_pixels = max_pixels or loaded.max_pixels or MAX_PIXELS
         self.name = Path(loaded.source).name or loaded.source
         self.command_rule = command_rule_of(loaded.model.config)
+        self.plan_frame = plan_frame_of(loaded.model.config)  # where its answers are: ego or along the route
         # The grammars' token automata are built once per bound or label set (about 0.2 s each on a CPU).
         self._grammars = AnswerGrammars(loaded.tokenizer, self.config, available_ids(loaded.model))
         self._grammar = self._grammars.planning() if self.config.grammar else None
@@ -209,11 +220,17 @@ class Planner:
 
         Raises:
             InputError: unusable image, unknown command or non-finite state (from the prompt builder); no
-                route for a model that reads one (it had one in every prompt), or one for another model.
+                route for a model that reads one (it had one in every prompt), or one for another model; no
+                route polyline for a model that plans along it, or one for another model.
         """
         if (self.command_rule == ROUTE_COMMAND_RULE) != (inputs.route_ahead_m is not None):
             given = "none" if inputs.route_ahead_m is None else "one"
             raise InputError(f"{self.name} reads the {self.command_rule} rule; route's shapes given: {given}")
+        if (self.plan_frame != DEFAULT_PLAN_FRAME) != (inputs.route_ego_m is not None):
+            given = "none" if inputs.route_ego_m is None else "one"
+            raise InputError(
+                f"{self.name} plans in the {self.plan_frame} frame; route polylines given: {given}"
+            )
         started = time.perf_counter()
         prompt = build_planning_prompt(
             self.loaded.tokenizer,
@@ -228,7 +245,7 @@ class Planner:
         preprocess_s = time.perf_counter() - started
         result = self._decode(prompt, self.config, self._grammar)
         parsing = time.perf_counter()
-        candidates = tuple(self._parse(c.text, c.seed, inputs.velocity_mps) for c in result.candidates)
+        candidates = tuple(self._parse(c.text, c.seed, inputs) for c in result.candidates)
         stages = {
             "preprocess": preprocess_s,
             "vision": result.vision_s,
@@ -251,16 +268,20 @@ class Planner:
         """
         started = time.perf_counter()
         frame = np.random.default_rng(0).integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
-        route = straight_road_route(self.command_rule)
-        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0), None, route)
+        route, polyline = straight_road_route(self.command_rule), self._straight_road_polyline()
+        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0), None, route, polyline)
         for _ in range(2):  # the second run is what a frame sees: it must find everything built
             self.plan(inputs)
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
         if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
             for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, self.command_rule):
-                self.plan(DrivingInputs(frame, *state))
+                self.plan(DrivingInputs(frame, *state, route_ego_m=polyline))
         return time.perf_counter() - started
+
+    def _straight_road_polyline(self) -> np.ndarray | None:
+        """A straight road's route polyline for a model that plans along the route, else None."""
+        return STRAIGHT_ROAD_ROUTE_EGO if self.plan_frame != DEFAULT_PLAN_FRAME else None
 
     def _frame(self, image_rgb: np.ndarray) -> np.ndarray | torch.Tensor:
         """The frame as the prompt builder should take it: uploaded once to a GPU model's device (resized
@@ -334,12 +355,13 @@ class Planner:
             fused.boxes, fused.labels, result.text, result, "; ".join(problems), fused.scores
         )
 
-    def _parse(self, text: str, seed: int, velocity_mps: Sequence[float]) -> PlannedCandidate:
+    def _parse(self, text: str, seed: int, inputs: DrivingInputs) -> PlannedCandidate:
         try:
-            waypoints = parse_waypoints(text, max_abs_m=self.bound_m)
+            values = parse_waypoints(text, max_abs_m=self.bound_m)
         except ParseError as error:
             return PlannedCandidate(text, seed, None, str(error))
-        return PlannedCandidate(text, seed, smooth_waypoints(waypoints, velocity_mps, self.smoothing))
+        waypoints = plan_to_ego(values, self.plan_frame, inputs.route_ego_m)
+        return PlannedCandidate(text, seed, smooth_waypoints(waypoints, inputs.velocity_mps, self.smoothing))
 
     def memory_allocated_mb(self) -> float | None:
         """MiB of the model device's memory held by tensors (torch's allocator), or None on a CPU model."""

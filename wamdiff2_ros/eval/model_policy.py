@@ -25,6 +25,7 @@ from wamdiff2_ros.eval.metrics import Agents
 from wamdiff2_ros.eval.scoring import ScorerSettings, agents_from_boxes, score_candidates
 from wamdiff2_ros.geometry import Camera
 from wamdiff2_ros.model.default import default_model_dir
+from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME
 from wamdiff2_ros.model.prompt import command_rule_of, detection_user_text
 from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig, Observation, PolicyFactory
 from wamdiff2_ros.sim.scenes import Scene
@@ -38,6 +39,7 @@ class ModelPolicy:
     def __init__(self, planner: Planner):
         self.planner = planner
         self.command_rule = command_rule_of(planner.loaded.model.config)  # the rule it was trained on
+        self.plans_along_route = planner.plan_frame != DEFAULT_PLAN_FRAME  # it needs the route's polyline
         self.plans = 0
         self.fallbacks = 0
         self.forwards = 0
@@ -59,6 +61,7 @@ class ModelPolicy:
                 acceleration_mps2=tuple(float(a) for a in observation.accel_ego_mps2),
                 command_distance_m=observation.command_distance_m,
                 route_ahead_m=observation.route_ahead_m,
+                route_ego_m=observation.route_ego_m if self.plans_along_route else None,
             )
         )
         self.plans += 1
@@ -349,14 +352,16 @@ def model_dagger_data(
     highway_events_only: bool = False,
     scene_kind: str | None = None,
     command_rule: str | None = None,
+    plan_frame: str | None = None,
 ) -> dict:
     """DAgger data (``sim.dagger``) from a checkpoint (None: the bundled model) driving its greedy plans, in
     the model's own number style, its prompts written in ``command_rule`` (None: the rule the model reads,
     which it drives on either way); ``generate``'s summary. ``workers`` > 1: that
     many CPU processes of one thread each drive episodes side by side (``device`` is then ignored: a tiny
     model's plan is bound by the host, and 16 cores plan faster than one GPU stream). ``first_sample_s``,
-    ``label_last_states``, ``highway_events_only`` and ``scene_kind`` as ``GenerateConfig`` says."""
-    from wamdiff2_ros.model.checkpoint import read_command_rule
+    ``label_last_states``, ``highway_events_only`` and ``scene_kind`` as ``GenerateConfig`` says;
+    ``plan_frame``: the frame of the expert's answers (None: the model's own)."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule, read_plan_frame
     from wamdiff2_ros.model.prompt import MIN_INT_DIGITS_KEY
     from wamdiff2_ros.sim.closed_loop import ClosedLoopConfig
     from wamdiff2_ros.sim.dagger import generate_dagger
@@ -374,6 +379,7 @@ def model_dagger_data(
         stride_s=stride_s,
         min_int_digits=json.loads((folder / "config.json").read_text()).get(MIN_INT_DIGITS_KEY, 1),
         command_rule=command_rule or read_command_rule(folder),
+        plan_frame=plan_frame or read_plan_frame(folder),
         first_sample_s=first_sample_s,
         label_last_states=label_last_states,
         highway_events_only=highway_events_only,

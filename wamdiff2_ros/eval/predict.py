@@ -136,12 +136,18 @@ def cost_summary(predictions: list[Prediction]) -> dict:
 
 def check_command_rules(checkpoint: Path, data: Path) -> None:
     """Raise InputError when the model at ``checkpoint`` reads another navigation command rule than the
-    prompts of the data folder ``data`` were written in (its scores would measure the mismatch)."""
-    from wamdiff2_ros.model.checkpoint import read_command_rule
-    from wamdiff2_ros.sim.dataset import load_command_rule
+    prompts of the data folder ``data`` were written in, or writes its plans in another frame than the
+    folder's answers (its scores would measure the mismatch)."""
+    from wamdiff2_ros.model.checkpoint import read_command_rule, read_plan_frame
+    from wamdiff2_ros.sim.dataset import load_command_rule, load_plan_frame
 
     model_rule, data_rule = read_command_rule(checkpoint), load_command_rule(data)
     if model_rule != data_rule:
         raise InputError(
             f"{checkpoint} reads the {model_rule!r} command rule, {data} is written in {data_rule!r}"
+        )
+    model_frame, data_frame = read_plan_frame(checkpoint), load_plan_frame(data)
+    if model_frame != data_frame:
+        raise InputError(
+            f"{checkpoint} plans in the {model_frame!r} frame, {data}'s answers in {data_frame!r}"
         )

@@ -111,6 +111,16 @@ def read_command_rule(folder: str | Path) -> str:
     return command_rule_of(SimpleNamespace(**json.loads((Path(folder) / "config.json").read_text())))
 
 
+def read_plan_frame(folder: str | Path) -> str:
+    """The frame the folder's model writes its plans in (``model.plan_frame.plan_frame_of`` of its
+    ``config.json``)."""
+    from types import SimpleNamespace
+
+    from wamdiff2_ros.model.plan_frame import plan_frame_of
+
+    return plan_frame_of(SimpleNamespace(**json.loads((Path(folder) / "config.json").read_text())))
+
+
 def read_pixel_budget(folder: str | Path) -> tuple[int, int] | None:
     """(min_pixels, max_pixels) of the folder's image processor; None when it states none.
 

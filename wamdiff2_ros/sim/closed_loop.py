@@ -16,6 +16,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera
+from wamdiff2_ros.model.plan_frame import route_window_ego
 from wamdiff2_ros.model.prompt import NUM_WAYPOINTS
 from wamdiff2_ros.sim.controller import TrajectoryController
 from wamdiff2_ros.sim.engine import SIM_HZ
@@ -39,6 +40,7 @@ class Observation:
     time_s: float
     command_distance_m: float | None = None  # to the command's branch, for a policy whose rule gives one
     route_ahead_m: np.ndarray | None = None  # the route's shape ahead, for a policy whose rule gives it
+    route_ego_m: np.ndarray | None = None  # the route around the ego in its frame (``route_window_ego``)
 
 
 class Policy(Protocol):
@@ -136,8 +138,9 @@ def _observe(scene: Scene, snapshot: Snapshot, policy: Policy, camera: Camera) -
     velocity, accel = ego_motion(snapshot)
     image = render_front(camera, scene.lanes, snapshot).image_rgb if policy.needs_image else None
     told = navigation(scene, snapshot.ego.xy, policy.command_rule)
+    route_ego = route_window_ego(scene.route_map, snapshot.ego.xy, snapshot.ego.yaw_rad)
     return Observation(
-        image, velocity, accel, told.command, snapshot.time_s, told.distance_m, told.route_ahead_m
+        image, velocity, accel, told.command, snapshot.time_s, told.distance_m, told.route_ahead_m, route_ego
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import Camera, CameraIntrinsics, CameraMount
+from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME, check_plan_frame
 from wamdiff2_ros.model.prompt import COMMAND_RULES, DEFAULT_COMMAND_RULE, LEGACY_COMMAND_RULE
 from wamdiff2_ros.sim import export
 from wamdiff2_ros.sim.engine import SIM_HZ
@@ -36,7 +37,7 @@ from wamdiff2_ros.sim.ordered_pool import ordered_results
 from wamdiff2_ros.sim.render import encode_png, render_front
 from wamdiff2_ros.sim.scenes import SCENE_KINDS, make_scene
 
-NAVIGATION_FILE = "navigation.json"  # the command rule of the folder's prompts
+NAVIGATION_FILE = "navigation.json"  # the command rule of the folder's prompts, the frame of its plans
 TRAIN_WIDTH_PX = 640  # 640x360 keeps NAVSIM's aspect ratio at about 220 Qwen3-VL visual tokens
 
 
@@ -70,6 +71,8 @@ class GenerateConfig:
             to a collision are the ones never labelled.
         command_rule: how the route becomes the navigation command (``model.prompt.COMMAND_RULES``),
             recorded in the folder's ``navigation.json``.
+        plan_frame: the frame the planning answers are written in (``model.plan_frame.PLAN_FRAMES``),
+            recorded there too.
     """
 
     out_dir: Path
@@ -87,8 +90,10 @@ class GenerateConfig:
     scene_kind: str | None = None
     first_sample_s: float = 1.0
     label_last_states: bool = False
+    plan_frame: str = DEFAULT_PLAN_FRAME
 
     def __post_init__(self) -> None:
+        check_plan_frame(self.plan_frame)
         if self.scene_kind not in (None, *SCENE_KINDS):
             raise InputError(f"scene kind must be one of {SCENE_KINDS}, got {self.scene_kind!r}")
         if self.highway_events_only and self.scene_kind not in (None, "highway"):
@@ -151,7 +156,9 @@ def sample(sample_id: str, image_rgb, truth: GroundTruth, kind: str, config: Gen
     return {
         "image_path": image_path,
         "png": encode_png(image_rgb),  # written by the parent only if the sample is kept
-        "planning": export.planning_record(sample_id, image_path, truth, config.min_int_digits),
+        "planning": export.planning_record(
+            sample_id, image_path, truth, config.min_int_digits, config.plan_frame
+        ),
         "detection": export.detection_record(sample_id, image_path, truth, image_wh_px),
         "qa": export.qa_records(sample_id, image_path, truth),
         "truth": export.ground_truth_line(sample_id, image_path, truth) | {"kind": kind},
@@ -250,8 +257,19 @@ def load_command_rule(data_dir: Path) -> str:
     return json.loads(path.read_text())["command_rule"] if path.is_file() else LEGACY_COMMAND_RULE
 
 
-def write_command_rule(data_dir: Path, rule: str) -> None:
-    (Path(data_dir) / NAVIGATION_FILE).write_text(json.dumps({"command_rule": rule}) + "\n")
+def load_plan_frame(data_dir: Path) -> str:
+    """The frame a dataset folder's planning answers are written in (``navigation.json``; ``ego`` for a
+    folder from before it was recorded)."""
+    path = Path(data_dir) / NAVIGATION_FILE
+    if not path.is_file():
+        return DEFAULT_PLAN_FRAME
+    return json.loads(path.read_text()).get("plan_frame", DEFAULT_PLAN_FRAME)
+
+
+def write_navigation(data_dir: Path, command_rule: str, plan_frame: str) -> None:
+    """Record a folder's command rule and plan frame (``load_command_rule``, ``load_plan_frame``)."""
+    navigation = {"command_rule": command_rule, "plan_frame": plan_frame}
+    (Path(data_dir) / NAVIGATION_FILE).write_text(json.dumps(navigation) + "\n")
 
 
 def _write_records(config: GenerateConfig, samples: list[dict]) -> None:
@@ -261,4 +279,4 @@ def _write_records(config: GenerateConfig, samples: list[dict]) -> None:
     (out / "qa.json").write_text(json.dumps([r for s in samples for r in s["qa"]], indent=1))
     camera = {"intrinsics": asdict(config.camera.intrinsics), "mount": asdict(config.camera.mount)}
     (out / "camera.json").write_text(json.dumps(camera, indent=1))
-    write_command_rule(out, config.command_rule)
+    write_navigation(out, config.command_rule, config.plan_frame)

@@ -15,6 +15,7 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import map_to_ego, wrap_angle
+from wamdiff2_ros.model.plan_frame import route_window_ego
 from wamdiff2_ros.model.prompt import (
     COMMAND_RULES,
     DEFAULT_COMMAND_RULE,
@@ -72,6 +73,7 @@ class GroundTruth:
     route_ahead_m: np.ndarray | None = (
         None  # (4, 2) the route's shape ahead (``navigation``); None: none given
     )
+    route_ego_m: np.ndarray | None = None  # (M, 2) the route around the ego (``plan_frame.route_window_ego``)
 
 
 def route_heading_change(route_map: np.ndarray, position_xy: np.ndarray, lookahead_m: float) -> float:
@@ -297,6 +299,7 @@ def ground_truth(
         qa=scene_qa(log, index, scene.route_map, agents, len(boxes)),
         command_distance_m=told.distance_m,
         route_ahead_m=told.route_ahead_m,
+        route_ego_m=route_window_ego(scene.route_map, snapshot.ego.xy, snapshot.ego.yaw_rad),
     )
 
 

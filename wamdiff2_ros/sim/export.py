@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME, plan_in_frame
 from wamdiff2_ros.model.prompt import (
     IMAGE_PLACEHOLDER,
     detection_user_text,
@@ -35,9 +36,16 @@ def record(sample_id: str, image_path: str, user_text: str, answer: str) -> dict
     }
 
 
-def planning_record(sample_id: str, image_path: str, truth: GroundTruth, min_int_digits: int = 1) -> dict:
+def planning_record(
+    sample_id: str,
+    image_path: str,
+    truth: GroundTruth,
+    min_int_digits: int = 1,
+    plan_frame: str = DEFAULT_PLAN_FRAME,
+) -> dict:
     """The planning record: the reference prompt with command and telemetry, answer ``x1,y1,...,x8,y8``
-    (``min_int_digits`` 2: the padded number style, ``model.prompt.format_waypoints``)."""
+    (``min_int_digits`` 2: the padded number style, ``model.prompt.format_waypoints``) in ``plan_frame``
+    (``model.plan_frame``: ``route`` writes each waypoint as s, d along ``truth.route_ego_m``)."""
     user_text = planning_user_text(
         truth.command,
         truth.velocity_ego_mps,
@@ -45,7 +53,8 @@ def planning_record(sample_id: str, image_path: str, truth: GroundTruth, min_int
         truth.command_distance_m,
         truth.route_ahead_m,
     )
-    return record(sample_id, image_path, user_text, format_waypoints(truth.waypoints_ego, min_int_digits))
+    values = plan_in_frame(truth.waypoints_ego, plan_frame, truth.route_ego_m)
+    return record(sample_id, image_path, user_text, format_waypoints(values, min_int_digits))
 
 
 def format_detections(boxes_px: np.ndarray, labels: Sequence[str], image_wh_px: tuple[int, int]) -> str:
@@ -96,6 +105,7 @@ def ground_truth_line(sample_id: str, image_path: str, truth: GroundTruth) -> di
         "command": truth.command,
         "command_distance_m": truth.command_distance_m,
         "route_ahead_m": None if truth.route_ahead_m is None else _rounded(truth.route_ahead_m),
+        "route_ego_m": None if truth.route_ego_m is None else _rounded(truth.route_ego_m),
         "velocity_ego_mps": _rounded(truth.velocity_ego_mps),
         "accel_ego_mps2": _rounded(truth.accel_ego_mps2),
         "waypoints_ego": _rounded(truth.waypoints_ego),
@@ -134,4 +144,5 @@ def ground_truth_from_line(line: dict) -> GroundTruth:
         qa=tuple((q, a) for q, a in line["qa"]),
         command_distance_m=line.get("command_distance_m"),  # absent from lines written before the rule
         route_ahead_m=None if line.get("route_ahead_m") is None else _array(line["route_ahead_m"], (2,)),
+        route_ego_m=None if line.get("route_ego_m") is None else _array(line["route_ego_m"], (2,)),
     )

@@ -561,11 +561,14 @@ def train(config: TrainConfig, deadline: float | None = None) -> dict:
     records = load_task_records(config.data)
     model, _ = load_model(config.model, dtype=config.dtype, device=runtime.device, seed=config.seed)
     planning = [record.answer for record in records if record.task == "planning"]
-    if planning:  # what the model learns travels in its config.json: the number style it writes and the
-        from wamdiff2_ros.sim.dataset import load_command_rule  # command rule it reads (its data folder's)
+    if planning:  # what the model learns travels in its config.json: the number style and frame it writes
+        from wamdiff2_ros.model.plan_frame import PLAN_FRAME_KEY  # and the command rule it reads (its data
+        from wamdiff2_ros.sim.dataset import load_command_rule, load_plan_frame  # folder's)
 
+        data_dir = Path(config.data["planning"]).parent
         setattr(model.config, MIN_INT_DIGITS_KEY, answers_min_int_digits(planning))
-        setattr(model.config, COMMAND_RULE_KEY, load_command_rule(Path(config.data["planning"]).parent))
+        setattr(model.config, COMMAND_RULE_KEY, load_command_rule(data_dir))
+        setattr(model.config, PLAN_FRAME_KEY, load_plan_frame(data_dir))
     teacher = None
     if config.stage == "distill":
         teacher_model, _ = load_model(

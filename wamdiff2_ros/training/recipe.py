@@ -7,14 +7,15 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   ``standing_starts``: the fraction of drives that start at rest; ``highway_events_only``: every drive a
   highway with a braking or stopped car ahead; ``command_rule``: how the route becomes the navigation
   command, ``model.prompt.COMMAND_RULES``, the legacy ``heading`` when absent; ``stride_s`` between samples,
-  default 1; ``first_sample_s``, default 1; ``scene_kind``: every drive of that kind) -> a data folder.
+  default 1; ``first_sample_s``, default 1; ``scene_kind``: every drive of that kind; ``plan_frame``: the
+  answers' frame, ``model.plan_frame.PLAN_FRAMES``, ``ego`` when absent) -> a data folder.
 - ``dagger``: ``model`` drives seeded scenes in the closed loop and the expert labels the states it reaches
   (``sim/dagger.py``: ``samples``, ``seed``, ``width``, ``route_m``, ``max_s``, ``workers``: processes
   driving episodes side by side on the CPU; ``stride_s``, ``first_sample_s``, ``highway_events_only``,
   ``scene_kind`` as for ``generate``; ``label_last_states``: the states of an episode's last 4 s too; the
-  model's command rule) -> a data folder.
+  model's command rule and ``plan_frame``, each its own when absent) -> a data folder.
 - ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute; their
-  command rules must agree);
+  command rules and plan frames must agree);
   ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
   reached); ``turns`` (``{min_lateral_m: m, repeat: n}``) lists each planning record whose answer ends m
   metres or more to either side n times as often (the turns, a few per cent of the drives).
@@ -375,6 +376,7 @@ class _Context:
 
 def _generate(step: dict[str, Any], context: _Context) -> Path:
     from wamdiff2_ros.geometry import Camera
+    from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME
     from wamdiff2_ros.model.prompt import LEGACY_COMMAND_RULE
     from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
@@ -393,6 +395,7 @@ def _generate(step: dict[str, Any], context: _Context) -> Path:
         scene_kind=step.get("scene_kind"),
         # a step without one keeps the rule it was written for: recipes from before the key, the legacy
         command_rule=step.get("command_rule", LEGACY_COMMAND_RULE),
+        plan_frame=step.get("plan_frame", DEFAULT_PLAN_FRAME),
     )
     generate(config, progress=False)
     return out
@@ -403,7 +406,7 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 
     out = context.folder(step)
     keys = "seed route_m max_s block_size steps workers stride_s first_sample_s label_last_states"
-    extra = ("highway_events_only", "scene_kind", "command_rule")
+    extra = ("highway_events_only", "scene_kind", "command_rule", "plan_frame")
     optional = {key: step[key] for key in (*keys.split(), *extra) if key in step}
     model_dagger_data(
         out,
@@ -418,7 +421,7 @@ def _dagger(step: dict[str, Any], context: _Context) -> Path:
 
 
 def _merge(step: dict[str, Any], context: _Context) -> Path:
-    from wamdiff2_ros.sim.dataset import load_command_rule, write_command_rule
+    from wamdiff2_ros.sim.dataset import load_command_rule, load_plan_frame, write_navigation
 
     out = context.folder(step)
     out.mkdir(parents=True, exist_ok=True)
@@ -439,7 +442,12 @@ def _merge(step: dict[str, Any], context: _Context) -> Path:
     rules = {load_command_rule(context.output(name)) for name in step["from"]}
     if len(rules) > 1:
         raise InputError(f"step {step['name']!r} merges data of different command rules: {sorted(rules)}")
-    write_command_rule(out, rules.pop())
+    frames = {load_plan_frame(context.output(name)) for name in step["from"]}
+    if len(frames) > 1:
+        raise InputError(f"step {step['name']!r} merges plans in different frames: {sorted(frames)}")
+    if turns and frames != {"ego"}:  # a turn's lateral is the route's in its answer, not the plan's
+        raise InputError(f"step {step['name']!r}: turns are found in ego-frame plans only")
+    write_navigation(out, rules.pop(), frames.pop())
     return out
 
 
