@@ -40,21 +40,23 @@ def test_an_ego_frame_answer_is_its_waypoints():
     assert plan_frame_of(object()) == "ego"  # a model from before plans along the route
 
 
-def test_a_turning_plan_along_the_route_is_straight_and_reads_back():
+@pytest.mark.parametrize("frame", ["route", "route_offset"])
+def test_a_turning_plan_along_the_route_is_straight_and_reads_back(frame):
     route_map = _left_turn_map()
     ego_xy, yaw = np.array([0.6, 30.0]), np.pi / 2 + 0.05  # 0.6 m right of the route, heading a little left
     window = route_window_ego(route_map, ego_xy, yaw)
-    # the expert's plan follows the route through the turn at the car's offset, easing back 0.6 m
+    # the expert's plan follows the route through the turn, easing back from the car's offset to the lane
     from wamdiff2_ros.route_frame import RouteFrame
 
-    frame = RouteFrame.from_points(window)
-    arcs, easing = np.arange(1, 9) * 3.0, -0.6 - np.linspace(0.0, -0.6, 8)
-    waypoints = frame.to_xy(arcs, easing, np.zeros(2), "centreline")
+    frame_ = RouteFrame.from_points(window)
+    arcs, offsets = np.arange(1, 9) * 3.0, -0.6 + np.linspace(0.0, 0.6, 8)
+    waypoints = frame_.to_xy(arcs, offsets, np.zeros(2), "centreline")
     assert waypoints[-1, 1] > 5.0  # it turns left in the ego frame
-    values = plan_in_frame(waypoints, "route", window)
+    values = plan_in_frame(waypoints, frame, window)
     np.testing.assert_allclose(values[:, 0], arcs, atol=0.05)  # s: the distance along the route
-    np.testing.assert_allclose(values[:, 1], easing + 0.6, atol=0.02)  # d: from the car's offset
-    np.testing.assert_allclose(plan_to_ego(values, "route", window), waypoints, atol=0.02)
+    from_offset = 0.6 if frame == "route_offset" else 0.0  # d from the car's offset, or the centreline's
+    np.testing.assert_allclose(values[:, 1], offsets + from_offset, atol=0.02)
+    np.testing.assert_allclose(plan_to_ego(values, frame, window), waypoints, atol=0.02)
 
 
 def test_a_plan_along_the_route_needs_the_route_and_a_known_frame():

@@ -18,6 +18,7 @@ from wamdiff2_ros.model.prompt import (
     build_prompt,
     chat_prompt_text,
     ego_states_of_every_prompt_length,
+    format_values,
     format_waypoints,
     min_int_digits_of,
     navigation_text,
@@ -215,3 +216,9 @@ def test_a_straight_road_gives_a_route_model_its_shape_and_other_models_none() -
     shape = straight_road_route("branch_route")
     np.testing.assert_array_equal(shape, [[10, 0], [20, 0], [30, 0], [40, 0]])  # route_ahead's points
     assert all(straight_road_route(rule) is None for rule in ("branch", "heading", "branch_distance"))
+
+
+def test_a_value_that_rounds_to_zero_is_written_without_a_sign():
+    """A route-frame d of -0.001 (the projection's noise) is 00.00: the sign would be noise to learn."""
+    values = np.array([-0.001, -0.004, -0.006, 0.003, -1.5])
+    assert format_values(values, min_int_digits=2) == "00.00,00.00,-00.01,00.00,-01.50"

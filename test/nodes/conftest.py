@@ -137,3 +137,17 @@ def route_model(tmp_path) -> Path:
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | {COMMAND_RULE_KEY: ROUTE_COMMAND_RULE}))
     return folder
+
+
+@pytest.fixture
+def route_plan_model(tmp_path) -> Path:
+    """The bundled model's weights told that they write their plans along the route (``model.plan_frame``):
+    a model that plans only with a route polyline, for the node's path of such models."""
+    from wamdiff2_ros.model.default import default_model_dir
+    from wamdiff2_ros.model.plan_frame import PLAN_FRAME_KEY
+
+    folder = tmp_path / "route_plan_model"
+    shutil.copytree(default_model_dir(), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {PLAN_FRAME_KEY: "route"}))
+    return folder

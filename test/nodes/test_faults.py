@@ -291,15 +291,23 @@ def test_an_unusable_checkpoint_is_an_error_diagnostic_not_a_crash(ros_context, 
 
 
 @pytest.mark.ros
+@pytest.mark.parametrize(
+    ("model", "told"),
+    [
+        ("route_model", "reads the route on ~/input/route"),
+        ("route_plan_model", "plans along the route on ~/input/route"),
+    ],
+)
 def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one(
-    ros_context, route_model: Path
+    ros_context, request, model: str, told: str
 ) -> None:
-    """A ``branch_route`` model (every prompt it learnt from had the route's shape) plans once a route
-    arrives on ~/input/route (latched, as the CARLA bridge's waypoints), and falls back again once an empty
-    path withdraws it (the bridge's "no goal"); without a route each frame gets the fallback, and
-    /diagnostics says why. (A route latched before the node subscribes: test_bag_io's latched replay.)"""
-    folder = route_model
-    namespace = "/faults_route"
+    """A ``branch_route`` model (every prompt it learnt from had the route's shape), or one that writes
+    its plans along the route, plans once a route arrives on ~/input/route (latched, as the CARLA bridge's
+    waypoints), and falls back again once an empty path withdraws it (the bridge's "no goal"); without a
+    route each frame gets the fallback, and /diagnostics says why. (A route latched before the node
+    subscribes: test_bag_io's latched replay.)"""
+    folder = request.getfixturevalue(model)
+    namespace = f"/faults_{model}"
     node = f"{namespace}/wamdiff2_planner"
     params = {**PLANNER_PARAMS, "model.preset": "", "model.checkpoint": str(folder), "candidates.count": 1}
     process = start_node("wamdiff2_ros.nodes.planner", namespace, params)
@@ -309,7 +317,7 @@ def test_a_route_model_plans_on_the_route_it_is_given_and_falls_back_without_one
         assert probe.spin_until(lambda: _status_values(probe, node).get("model_state") == "ready", 60), (
             node_output(process)
         )
-        assert "reads the route on ~/input/route" in _status_values(probe, node)["model"]
+        assert told in _status_values(probe, node)["model"]
         drive = _driver(probe, node, "map", (100.0, 50.0))
 
         def published(status: int) -> bool:

@@ -330,3 +330,37 @@ def test_a_model_is_evaluated_only_on_data_of_its_command_rule(tmp_path) -> None
     (tmp_path / "navigation.json").write_text('{"command_rule": "branch"}')
     with pytest.raises(InputError, match="command rule"):
         check_command_rules(tmp_path, tmp_path)
+
+
+def test_a_merge_writes_the_answers_in_another_frame_from_the_ground_truth(tmp_path) -> None:
+    """One data generation serves models of two plan frames: the merge rewrites the planning answers from
+    each folder's ground truth (the expert's ego waypoints and the route around the ego)."""
+    from wamdiff2_ros.model.parse import parse_waypoints
+    from wamdiff2_ros.model.plan_frame import plan_to_ego
+    from wamdiff2_ros.sim.dataset import load_plan_frame
+    from wamdiff2_ros.sim.export import ground_truth_from_line
+
+    recipe = {
+        "run_dir": str(tmp_path / "run"),
+        "device": "cpu",
+        "steps": [
+            {"name": "scenes", "kind": "generate", "samples": 6, "seed": 2, "width": 128, "workers": 1,
+             "scene_kind": "intersection", "plan_frame": "route"},
+            {"name": "offset", "kind": "merge", "from": ["scenes"], "plan_frame": "route_offset"},
+            {"name": "same", "kind": "merge", "from": ["scenes"]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    outputs = run_recipe(load_recipe(path), log=lambda line: None)
+    assert load_plan_frame(outputs["offset"]) == "route_offset"
+    assert load_plan_frame(outputs["same"]) == "route"
+    lines = (Path(outputs["scenes"]) / "ground_truth.jsonl").read_text().splitlines()
+    truths = {t["id"]: ground_truth_from_line(t) for t in map(json.loads, lines)}
+    for folder, frame in ((outputs["offset"], "route_offset"), (outputs["same"], "route")):
+        for record in json.loads((Path(folder) / "planning.json").read_text()):
+            truth = truths[record["id"]]
+            values = parse_waypoints(record["conversations"][-1]["value"])
+            np.testing.assert_allclose(
+                plan_to_ego(values, frame, truth.route_ego_m), truth.waypoints_ego, atol=0.05
+            )

@@ -86,8 +86,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         metavar="XY",
         help="the route's points 10, 20, 30 and 40 m ahead as x1 y1 ... x4 y4, metres in the route's frame "
-        "at the ego (a model of the branch_route rule, as the bundled default model since 2026-12-06; "
-        "straight ahead: 10 0 20 0 30 0 40 0)",
+        "at the ego (a model of the branch_route rule; straight ahead: 10 0 20 0 30 0 40 0)",
+    )
+    parser.add_argument(
+        "--route-polyline",
+        nargs="+",
+        type=float,
+        metavar="XY",
+        help="the route around the ego as x1 y1 x2 y2 ..., metres in the ego frame (x forward, y left), "
+        "for a model that writes its plans along the route (model/plan_frame.py; a straight road: -10 0 "
+        "130 0)",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
@@ -269,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             acceleration_mps2=tuple(args.acceleration),
             command_distance_m=args.command_distance,
             route_ahead_m=None if args.route is None else np.reshape(args.route, (-1, 2)),
+            route_ego_m=None if args.route_polyline is None else np.reshape(args.route_polyline, (-1, 2)),
         )
         planner = Planner.from_settings(
             config,

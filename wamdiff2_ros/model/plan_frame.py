@@ -1,11 +1,13 @@
 """Where a planning answer's numbers are: the ego's frame, or along the route.
 
 ``ego``: x forward, y left of the car now (the reference's answer). ``route``: each waypoint as (s, d), s
-metres along the route from the car's place on it and d metres to the left of the car's present offset
-from it, normal to the route (``route_frame.RouteFrame``, ``offset``). On a straight road the two are the
-same numbers; where the road turns, a ``route`` answer's d = 0 turns with it, so the model writes the speed
-profile and its own lateral moves (a lane change, a return to the lane) and the route gives the turn
-(docs/DECISIONS.md, "plans written along the route"). A model's config.json names its frame under
+metres along the route from the car's place on it and d metres to the left of the route's centreline
+(``route_frame.RouteFrame``); ``route_offset``: d to the left of the car's present offset from the
+centreline instead, normal to the route. On a straight road with the car on the centreline the three are
+the same numbers; where the road turns, d = 0 turns with it, so the model writes the speed profile and its
+lateral moves (a lane change, a return to the lane) and the route gives the turn (docs/DECISIONS.md, "plans
+written along the route"). With ``route`` a plan that says nothing of its lateral (d = 0) returns to the
+route's lane; with ``route_offset`` it keeps the car's offset. A model's config.json names its frame under
 ``PLAN_FRAME_KEY`` (absent: ``ego``); a data folder's ``navigation.json`` names its answers'.
 
 The route comes as its polyline in the ego frame around the car (``route_window_ego``): what the planner
@@ -20,11 +22,10 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.geometry import map_to_ego
 from wamdiff2_ros.route_frame import RouteFrame
 
-PLAN_FRAMES = ("ego", "route")
 DEFAULT_PLAN_FRAME = "ego"
-ROUTE_PLAN_FRAME = "route"
+ROUTE_LATERALS = {"route": "centreline", "route_offset": "offset"}  # where d counts from (route_frame)
+PLAN_FRAMES = (DEFAULT_PLAN_FRAME, *ROUTE_LATERALS)
 PLAN_FRAME_KEY = "planning_plan_frame"
-ROUTE_LATERAL = "offset"  # d counts from the car's present offset (route_frame.LATERALS)
 # The window of the route kept around the car: a 4 s plan at 30 m/s goes 120 m.
 ROUTE_BEHIND_M = 10.0
 ROUTE_AHEAD_M = 130.0
@@ -60,7 +61,7 @@ def plan_in_frame(waypoints_ego: np.ndarray, frame: str, route_ego: np.ndarray |
     """The numbers an answer in ``frame`` writes for ``waypoints_ego`` (n, 2)."""
     if check_plan_frame(frame) == DEFAULT_PLAN_FRAME:
         return np.asarray(waypoints_ego, dtype=np.float64)
-    s, d = _route(route_ego).from_xy(waypoints_ego, np.zeros(2), ROUTE_LATERAL)
+    s, d = _route(route_ego).from_xy(waypoints_ego, np.zeros(2), ROUTE_LATERALS[frame])
     return np.stack([s, d], -1)
 
 
@@ -69,7 +70,7 @@ def plan_to_ego(values: np.ndarray, frame: str, route_ego: np.ndarray | None) ->
     if check_plan_frame(frame) == DEFAULT_PLAN_FRAME:
         return np.asarray(values, dtype=np.float64)
     values = np.asarray(values, dtype=np.float64)
-    return _route(route_ego).to_xy(values[:, 0], values[:, 1], np.zeros(2), ROUTE_LATERAL)
+    return _route(route_ego).to_xy(values[:, 0], values[:, 1], np.zeros(2), ROUTE_LATERALS[frame])
 
 
 def _route(route_ego: np.ndarray | None) -> RouteFrame:

@@ -196,9 +196,10 @@ def format_waypoints(waypoints_ego: np.ndarray, min_int_digits: int = 1) -> str:
 
 def format_values(values: np.ndarray, min_int_digits: int = 1) -> str:
     """Numbers as an answer writes them: comma-separated, 2 decimals, at least ``min_int_digits`` integer
-    digits."""
+    digits; a value that rounds to zero has no sign (a route-frame d of -0.001 is 00.00, not -00.00)."""
     width = min_int_digits + 3  # integer digits, the point, two decimals
-    return ",".join(("-" if v < 0 else "") + f"{abs(v):0{width}.2f}" for v in np.asarray(values).reshape(-1))
+    texts = [(v < 0, f"{abs(v):0{width}.2f}") for v in np.asarray(values, dtype=np.float64).reshape(-1)]
+    return ",".join(("-" if negative and float(text) else "") + text for negative, text in texts)
 
 
 def answers_min_int_digits(answers: Sequence[str]) -> int:

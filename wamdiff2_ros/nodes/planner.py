@@ -17,7 +17,8 @@ frames arriving before the model is ready are counted (``frames_before_model_rea
 Topics (private, remapped by the launch file):
   in:  ~/input/image (sensor_msgs/Image, or ~/input/image/compressed with input.compressed),
        ~/input/odometry (nav_msgs/Odometry), ~/input/imu (sensor_msgs/Imu), ~/input/command (DrivingCommand),
-       ~/input/route (nav_msgs/Path, read by a model of the ``branch_route`` rule only; qos.route_durability)
+       ~/input/route (nav_msgs/Path, read by a model of the ``branch_route`` rule or one that plans along
+           the route only; qos.route_durability)
   out: ~/output/trajectory (PlannedTrajectory), ~/output/candidates (CandidateTrajectories, unscored),
        ~/output/path (nav_msgs/Path), ~/output/markers (MarkerArray), ~/output/detections (Detections2D,
        every output.detections_every_n plans, header = the image's), ~/debug/image_detections (Image, the
@@ -46,6 +47,7 @@ from visualization_msgs.msg import MarkerArray
 from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner, PlanOutput
 from wamdiff2_ros.errors import InputError, Wamdiff2Error
+from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME
 from wamdiff2_ros.model.prompt import ROUTE_COMMAND_RULE, detection_user_text
 from wamdiff2_ros.msg import CandidateTrajectories, Detections2D, DrivingCommand, PlannedTrajectory
 from wamdiff2_ros.nodes import qos
@@ -66,7 +68,13 @@ from wamdiff2_ros.nodes.convert.odometry import (
     imu_acceleration_mps2,
     stamp_ns,
 )
-from wamdiff2_ros.nodes.convert.route import NoRouteShape, Route, route_from_path, route_shape_ahead
+from wamdiff2_ros.nodes.convert.route import (
+    NoRouteShape,
+    Route,
+    route_from_path,
+    route_shape_ahead,
+    route_window,
+)
 from wamdiff2_ros.nodes.convert.trajectories import decoder_info, path, planned_trajectory, waypoints_of
 from wamdiff2_ros.nodes.diagnostics import NodeHealth, steady_clock
 from wamdiff2_ros.nodes.entry import spin_node
@@ -214,6 +222,8 @@ class PlannerNode(Node):
         message = f"{planner.name} in {time.perf_counter() - started:.1f} s"
         if planner.command_rule == ROUTE_COMMAND_RULE:  # every prompt it learnt from had the route's shape
             message += ", reads the route on ~/input/route"
+        if planner.plan_frame != DEFAULT_PLAN_FRAME:  # its answers are along the route
+            message += ", plans along the route on ~/input/route"
         image_hw = image_size_hw(p["warmup.image_size"])
         if image_hw is not None:
             message += self._warm_up(planner, image_hw)
@@ -370,11 +380,19 @@ class PlannerNode(Node):
         started = time.monotonic()
         image = frame.image_rgb  # converted here, for the frames the worker takes only
         converted = time.monotonic()
-        route = None
-        if self.planner.command_rule == ROUTE_COMMAND_RULE:  # NoRouteShape: the fallback, diagnosed
+        route, window = None, None  # NoRouteShape: the fallback, diagnosed
+        if self.planner.command_rule == ROUTE_COMMAND_RULE:
             route = route_shape_ahead(self._route, state.position)
+        if self.planner.plan_frame != DEFAULT_PLAN_FRAME:
+            window = route_window(self._route, state.position)
         inputs = DrivingInputs(
-            image, COMMAND_WORDS[command], state.velocity_mps, state.acceleration_mps2, distance_m, route
+            image,
+            COMMAND_WORDS[command],
+            state.velocity_mps,
+            state.acceleration_mps2,
+            distance_m,
+            route,
+            window,
         )
         output = self.planner.plan(inputs)
         # What the node adds to the plan's own stages: the frame's way here, waiting for the worker, and the

@@ -15,8 +15,9 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
   ``scene_kind`` as for ``generate``; ``label_last_states``: the states of an episode's last 4 s too; the
   model's command rule and ``plan_frame``, each its own when absent) -> a data folder.
 - ``merge``: the records of the ``from`` data steps in one data folder (image paths made absolute; their
-  command rules and plan frames must agree);
-  ``repeat`` (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
+  command rules and plan frames must agree); ``plan_frame``: the planning answers rewritten in that frame
+  from each folder's ground truth (one data generation serves models of two frames); ``repeat``
+  (``{step: n}``) lists a step's records n times, weighting them (e.g. the states a DAgger round
   reached); ``turns`` (``{min_lateral_m: m, repeat: n}``) lists each planning record whose answer ends m
   metres or more to either side n times as often (the turns, a few per cent of the drives).
 - ``init``: a random-weight model (``training/initial.py``: ``seed``, ``layers``, ``intermediate``,
@@ -425,30 +426,57 @@ def _merge(step: dict[str, Any], context: _Context) -> Path:
 
     out = context.folder(step)
     out.mkdir(parents=True, exist_ok=True)
+    folders = {name: context.output(name) for name in step["from"]}
+    rules = {load_command_rule(folder) for folder in folders.values()}
+    if len(rules) > 1:
+        raise InputError(f"step {step['name']!r} merges data of different command rules: {sorted(rules)}")
+    frames = {load_plan_frame(folder) for folder in folders.values()}
+    if len(frames) > 1:
+        raise InputError(f"step {step['name']!r} merges plans in different frames: {sorted(frames)}")
+    frame = step.get("plan_frame", next(iter(frames)))
     repeat = step.get("repeat", {})
     turns = step.get("turns", {})
+    if turns and frame != "ego":  # a turn's lateral is the route's in its answer, not the plan's
+        raise InputError(f"step {step['name']!r}: turns are found in ego-frame plans only")
     for task in ("planning", "detection", "qa"):
         merged = []
-        for name in step["from"]:
-            folder = context.output(name)
-            for item in json.loads((folder / f"{task}.json").read_text()):
+        for name, folder in folders.items():
+            items = json.loads((folder / f"{task}.json").read_text())
+            if task == "planning" and frame not in frames:
+                items = _answers_in_frame(items, folder, frame)
+            for item in items:
                 absolute = item | {"image": [str((folder / path).resolve()) for path in item["image"]]}
                 times = repeat.get(name, 1)
                 if task == "planning" and turns and _plan_end_lateral_m(item) >= turns["min_lateral_m"]:
                     times *= turns["repeat"]
                 merged += [absolute] * times
         (out / f"{task}.json").write_text(json.dumps(merged, indent=1))
-    shutil.copyfile(context.output(step["from"][0]) / "camera.json", out / "camera.json")
-    rules = {load_command_rule(context.output(name)) for name in step["from"]}
-    if len(rules) > 1:
-        raise InputError(f"step {step['name']!r} merges data of different command rules: {sorted(rules)}")
-    frames = {load_plan_frame(context.output(name)) for name in step["from"]}
-    if len(frames) > 1:
-        raise InputError(f"step {step['name']!r} merges plans in different frames: {sorted(frames)}")
-    if turns and frames != {"ego"}:  # a turn's lateral is the route's in its answer, not the plan's
-        raise InputError(f"step {step['name']!r}: turns are found in ego-frame plans only")
-    write_navigation(out, rules.pop(), frames.pop())
+    shutil.copyfile(next(iter(folders.values())) / "camera.json", out / "camera.json")
+    write_navigation(out, rules.pop(), frame)
     return out
+
+
+def _answers_in_frame(records: list[dict], folder: Path, frame: str) -> list[dict]:
+    """Planning records with their answers rewritten in ``frame`` from the folder's ground truth (the
+    expert's waypoints and the route around the ego), in their own number style."""
+    from wamdiff2_ros.model.plan_frame import plan_in_frame
+    from wamdiff2_ros.model.prompt import answers_min_int_digits, format_waypoints
+    from wamdiff2_ros.sim.export import ground_truth_from_line
+
+    path = folder / "ground_truth.jsonl"
+    if not path.is_file():
+        raise InputError(f"{folder} has no ground truth to write its answers in the {frame} frame from")
+    lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    truths = {line["id"]: ground_truth_from_line(line) for line in lines}
+    rewritten = []
+    for record in records:
+        answer = record["conversations"][-1]["value"]
+        truth = truths[record["id"]]
+        values = plan_in_frame(truth.waypoints_ego, frame, truth.route_ego_m)
+        text = format_waypoints(values, answers_min_int_digits([answer]))
+        turns = [*record["conversations"][:-1], record["conversations"][-1] | {"value": text}]
+        rewritten.append(record | {"conversations": turns})
+    return rewritten
 
 
 def _plan_end_lateral_m(record: dict) -> float:

@@ -18,6 +18,7 @@ from wamdiff2_ros.nodes.convert.route import (
     path_from_points,
     route_from_path,
     route_shape_ahead,
+    route_window,
 )
 
 
@@ -56,9 +57,24 @@ def test_the_shape_is_the_prompt_rules_from_the_egos_position_in_the_routes_fram
 def test_odometry_gives_the_egos_position_in_its_own_frame() -> None:
     msg = Odometry(header=Header(frame_id="odom"))
     msg.pose.pose.position.x, msg.pose.pose.position.y = 3.0, -4.0
-    assert ego_position(msg) == EgoPosition("odom", (3.0, -4.0))
+    assert ego_position(msg) == EgoPosition("odom", (3.0, -4.0), 0.0)  # the identity rotation: yaw 0
+    msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = math.sin(0.3), math.cos(0.3)
+    assert ego_position(msg).yaw_rad == pytest.approx(0.6)
+    msg.pose.pose.orientation.z = msg.pose.pose.orientation.w = 0.0  # all zeros: no rotation given
+    assert ego_position(msg) == EgoPosition("odom", (3.0, -4.0), None)
     msg.pose.pose.position.y = math.inf
     assert ego_position(msg) is None
+
+
+def test_the_window_is_the_route_around_the_ego_in_its_frame() -> None:
+    points = [(x, 5.0) for x in range(0, 200, 2)]  # east along y = 5
+    window = route_window(route_from_path(path(points)), EgoPosition("map", (50.0, 3.0), math.pi / 2))
+    np.testing.assert_allclose(window[:, 0], 2.0)  # facing north, the route runs 2 m ahead, left to right
+    assert window[0, 1] > 0 > window[-1, 1]
+    with pytest.raises(NoRouteShape, match="orientation"):
+        route_window(route_from_path(path(points)), EgoPosition("map", (50.0, 3.0)))
+    with pytest.raises(NoRouteShape, match="no route"):
+        route_window(None, EgoPosition("map", (50.0, 3.0), 0.0))
 
 
 @pytest.mark.parametrize(

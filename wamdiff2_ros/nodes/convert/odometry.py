@@ -19,10 +19,12 @@ from wamdiff2_ros.errors import InputError
 
 @dataclass(frozen=True)
 class EgoPosition:
-    """The ego's planar position in ``frame_id`` (odometry's pose)."""
+    """The ego's planar position in ``frame_id`` (odometry's pose) and its heading there (None: the pose's
+    orientation is not a finite rotation; only a model that plans along the route needs it)."""
 
     frame_id: str
     xy_m: tuple[float, float]
+    yaw_rad: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,12 @@ class AccelerationFromVelocity:
 
 
 def ego_position(odometry: Odometry) -> EgoPosition | None:
-    """The pose's planar position in the odometry's frame; None where it is not finite."""
-    position = odometry.pose.pose.position
+    """The pose's planar position and heading in the odometry's frame; None where the position is not
+    finite (the heading None where the orientation is not finite or not a rotation: all zeros)."""
+    position, orientation = odometry.pose.pose.position, odometry.pose.pose.orientation
     if not (math.isfinite(position.x) and math.isfinite(position.y)):
         return None
-    return EgoPosition(odometry.header.frame_id, (float(position.x), float(position.y)))
+    quaternion = (orientation.x, orientation.y, orientation.z, orientation.w)
+    rotation = all(math.isfinite(q) for q in quaternion) and any(q != 0.0 for q in quaternion)
+    yaw = yaw_rad(orientation) if rotation else None
+    return EgoPosition(odometry.header.frame_id, (float(position.x), float(position.y)), yaw)

@@ -1,6 +1,7 @@
 """nav_msgs/Path (a navigation system's route: the CARLA ROS bridge's ``/carla/<role>/waypoints``) -> the
 route's shape ahead of the ego that a ``branch_route`` model reads in its prompt
-(``model.prompt.route_ahead``).
+(``model.prompt.route_ahead``), and the route around the ego in its frame that a model planning along the
+route needs to turn its answer into waypoints (``model.plan_frame.route_window_ego``: odometry's heading too).
 
 The shape is taken in the route's own frame at its vertex nearest the ego, so only the ego's position in the
 route's frame is needed: odometry's pose, when odometry is in that frame. A route in another frame, or one
@@ -18,6 +19,7 @@ from nav_msgs.msg import Path
 from std_msgs.msg import Header
 
 from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.model.plan_frame import route_window_ego
 from wamdiff2_ros.model.prompt import route_ahead
 from wamdiff2_ros.nodes.convert.odometry import EgoPosition
 
@@ -33,7 +35,7 @@ class Route:
 
 
 class NoRouteShape(InputError):
-    """A route model's frame cannot be planned: no usable route for the ego's position."""
+    """A route model's frame cannot be planned: no usable route for the ego's pose."""
 
 
 def path_from_points(frame_id: str, points_m: np.ndarray) -> Path:
@@ -77,6 +79,24 @@ def route_shape_ahead(route: Route | None, ego: EgoPosition | None) -> np.ndarra
         NoRouteShape: no route yet, no ego position, the two in different frames, or the ego more than
             ``MAX_OFF_ROUTE_M`` from every vertex.
     """
+    position = _position_on(route, ego)
+    return route_ahead(route.points_m, position)
+
+
+def route_window(route: Route | None, ego: EgoPosition | None) -> np.ndarray:
+    """The route around ``ego`` in the ego frame (``model.plan_frame.route_window_ego``).
+
+    Raises:
+        NoRouteShape: as ``route_shape_ahead``, or no heading in odometry's pose.
+    """
+    position = _position_on(route, ego)
+    if ego.yaw_rad is None:
+        raise NoRouteShape("odometry's orientation is not a rotation (the route turns into the ego frame)")
+    return route_window_ego(route.points_m, position, ego.yaw_rad)
+
+
+def _position_on(route: Route | None, ego: EgoPosition | None) -> np.ndarray:
+    """The ego's position, checked to be on ``route`` (``route_shape_ahead``'s reasons)."""
     if route is None:
         raise NoRouteShape(
             "no route on ~/input/route, none received or withdrawn (the model reads its shape)"
@@ -89,4 +109,4 @@ def route_shape_ahead(route: Route | None, ego: EgoPosition | None) -> np.ndarra
     off_m = float(np.linalg.norm(route.points_m - position, axis=1).min())
     if off_m > MAX_OFF_ROUTE_M:
         raise NoRouteShape(f"ego is {off_m:.0f} m from the route (more than {MAX_OFF_ROUTE_M:.0f})")
-    return route_ahead(route.points_m, position)
+    return position
