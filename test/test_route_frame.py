@@ -63,7 +63,7 @@ def test_a_turn_bends_a_straight_plan_and_a_standing_plan_stays_put_in_the_moved
 def test_project_gives_the_signed_offset_to_the_left():
     frame = RouteFrame.from_points([[0.0, 0.0], [0.0, 10.0]])  # heading +y: left is -x
     arc, offset = frame.project(np.array([[1.0, 4.0], [-2.0, 7.0], [0.0, -3.0]]))
-    np.testing.assert_allclose(arc, [4.0, 7.0, 0.0])  # before the first point: its start
+    np.testing.assert_allclose(arc, [4.0, 7.0, -3.0])  # before the first point: straight on back
     np.testing.assert_allclose(offset, [-1.0, 2.0, 0.0])
 
 
@@ -90,3 +90,20 @@ def test_an_unknown_lateral_frame_is_refused():
     frame = RouteFrame.from_points([[0.0, 0.0], [10.0, 0.0]])
     with pytest.raises(InputError):
         frame.to_xy(np.zeros(1), np.zeros(1), np.zeros(2), "sideways")
+
+
+def test_a_car_behind_the_routes_start_counts_s_from_where_it_is():
+    frame = RouteFrame.from_points([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0]])
+    behind = np.array([-5.0, 0.0])
+    plan = np.stack([np.arange(1.0, 9.0) - 5.0, np.zeros(8)], 1)
+    s, d = frame.from_xy(plan, behind)
+    np.testing.assert_allclose(s, np.arange(1.0, 9.0))
+    np.testing.assert_allclose(frame.to_xy(s, d, behind), plan, atol=1e-12)
+
+
+def test_a_sparse_route_keeps_its_corner_and_a_route_that_doubles_back_has_directions():
+    sparse = RouteFrame.from_points([[0.0, 0.0], [30.0, 0.0], [30.0, -30.0]])  # a navigation stack's points
+    _, offset = sparse.project(np.array([30.0, 0.0]))
+    assert abs(offset) < 0.5  # a right angle rounded by decimetres (5.3 m without the cuts), not metres
+    there_and_back = RouteFrame.from_points([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0]])
+    assert np.isfinite(there_and_back.to_xy(np.array([1.0]), np.zeros(1), np.zeros(2))).all()

@@ -8,8 +8,8 @@ moved (translated) to the car (measured worse: through a turn the car's offset t
 cuts corners off the road). A plan written this way says how far the car goes (its speed profile) and how
 far it leaves the route; where the road turns, the route turns it (docs/DECISIONS.md, "plans written along
 the route").
-Positions are in whatever frame the route's points are (map or ego); past its last point the route goes on
-straight, before its first it begins there. A position's place on the route is its nearest point over the
+Positions are in whatever frame the route's points are (map or ego); before its first point and past its
+last the route goes on straight. A position's place on the route is its nearest point over the
 whole route: a route that passes near itself (a roundabout's entry and exit) would need the search kept to a
 window around the car's last place (not built: the probe that uses this reads it once per plan).
 """
@@ -22,12 +22,17 @@ import numpy as np
 
 from wamdiff2_ros.errors import InputError
 
-STRAIGHT_ON_M = 500.0  # how far past its end the route is taken to go on straight
+STRAIGHT_ON_M = 500.0  # how far before its start and past its end the route is taken to go on straight
 # A polyline's corners are rounded this many times: outside a bend, the positions nearest a vertex all
 # project onto it and keep only their offset along its normal, so a corner of angle a loses up to d sin(a)
 # of a position d from the route; three rounds divide the angles by 8 (a 2 m polyline on a 12 m radius:
 # 10 degrees to 1.2), moving the route by centimetres.
 CORNER_ROUNDS = 3
+# Rounding a sparse route (a navigation stack's points 30 m apart) would move a corner metres inside the
+# road: segments longer than this are first cut into pieces of DENSE_SPACING_M. The simulator's routes (2 m
+# apart, 7.7 m across some roundabout joints) keep their shape.
+SPARSE_SEGMENT_M = 8.0
+DENSE_SPACING_M = 2.0
 LATERALS = ("centreline", "offset", "moved")
 
 
@@ -35,8 +40,8 @@ LATERALS = ("centreline", "offset", "moved")
 class RouteFrame:
     """A route polyline with its arc lengths. Build with ``from_points``."""
 
-    points: np.ndarray  # (N, 2), consecutive points apart, the last STRAIGHT_ON_M past the route's end
-    arcs: np.ndarray  # (N,) arc length at each point
+    points: np.ndarray  # (N, 2), consecutive points apart, the first and last STRAIGHT_ON_M beyond its ends
+    arcs: np.ndarray  # (N,) arc length at each point from the route's first point
 
     @classmethod
     def from_points(cls, route_xy: np.ndarray) -> RouteFrame:
@@ -44,14 +49,15 @@ class RouteFrame:
         route = np.asarray(route_xy, dtype=np.float64)
         if route.ndim != 2 or route.shape[1] != 2:
             raise InputError(f"a route is (N, 2) points, got shape {route.shape}")
-        keep = np.concatenate([[True], np.linalg.norm(np.diff(route, axis=0), axis=1) > 1e-9])
-        route = route[keep]
+        route = _distinct(route)
         if len(route) < 2:
             raise InputError("a route needs two distinct points")
-        tail = route[-1] - route[-2]
-        route = np.vstack([_rounded(route), route[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)])
-        lengths = np.linalg.norm(np.diff(route, axis=0), axis=1)
-        return cls(route, np.concatenate([[0.0], np.cumsum(lengths)]))
+        head, tail = route[1] - route[0], route[-1] - route[-2]
+        before = route[0] - STRAIGHT_ON_M * head / np.linalg.norm(head)
+        after = route[-1] + STRAIGHT_ON_M * tail / np.linalg.norm(tail)
+        points = np.vstack([before, _distinct(_rounded(_densified(route))), after])
+        lengths = np.linalg.norm(np.diff(points, axis=0), axis=1)
+        return cls(points, np.concatenate([[0.0], np.cumsum(lengths)]) - STRAIGHT_ON_M)  # 0 at its start
 
     def position(self, arc: np.ndarray) -> np.ndarray:
         """The route's points (..., 2) at arc lengths ``arc`` (...), clamped to the route."""
@@ -102,6 +108,22 @@ class RouteFrame:
         shift = self.position(start) - origin_xy if _lateral(lateral) == "moved" else 0.0
         arc, d = self.project(np.asarray(xy, dtype=np.float64) + shift)
         return arc - start, d - (offset if lateral == "offset" else 0.0)
+
+
+def _distinct(route: np.ndarray) -> np.ndarray:
+    """``route`` without points repeating the one before (no segment without a direction)."""
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(route, axis=0), axis=1) > 1e-9])
+    return route[keep]
+
+
+def _densified(route: np.ndarray) -> np.ndarray:
+    """``route`` with its segments longer than ``SPARSE_SEGMENT_M`` cut into pieces of at most
+    ``DENSE_SPACING_M``."""
+    pieces = np.linalg.norm(np.diff(route, axis=0), axis=1)
+    pieces = np.where(pieces > SPARSE_SEGMENT_M, np.ceil(pieces / DENSE_SPACING_M), 1).astype(int)
+    ends = zip(route[:-1], route[1:], pieces, strict=True)
+    cuts = [start + np.arange(n)[:, None] / n * (end - start) for start, end, n in ends]
+    return np.vstack([*cuts, route[-1:]])
 
 
 def _rounded(route: np.ndarray, rounds: int = CORNER_ROUNDS) -> np.ndarray:

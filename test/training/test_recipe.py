@@ -364,3 +364,30 @@ def test_a_merge_writes_the_answers_in_another_frame_from_the_ground_truth(tmp_p
             np.testing.assert_allclose(
                 plan_to_ego(values, frame, truth.route_ego_m), truth.waypoints_ego, atol=0.05
             )
+
+
+def test_a_merge_refuses_plans_in_different_frames_and_turns_along_the_route(tmp_path) -> None:
+    from wamdiff2_ros.sim.dataset import write_navigation
+    from wamdiff2_ros.sim.export import record
+
+    folders = {}
+    for name, frame in (("ego", "ego"), ("route", "route")):
+        data = tmp_path / name
+        data.mkdir()
+        (data / "planning.json").write_text(json.dumps([record(name, "images/a.png", "plan", "01.00")]))
+        (data / "detection.json").write_text("[]")
+        (data / "qa.json").write_text("[]")
+        (data / "camera.json").write_text("{}")
+        write_navigation(data, "branch", frame)
+        folders[name] = str(data)
+    steps = [
+        {"name": "ego", "kind": "generate", "samples": 1},
+        {"name": "route", "kind": "generate", "samples": 1},
+        {"name": "mixed", "kind": "merge", "from": ["ego", "route"]},
+        {"name": "turning", "kind": "merge", "from": ["route"], "turns": {"min_lateral_m": 3.0, "repeat": 3}},
+    ]
+    for until, reason in (("mixed", "plans in different frames"), ("turning", "ego-frame plans only")):
+        path = tmp_path / f"{until}.yaml"
+        path.write_text(yaml.safe_dump({"run_dir": str(tmp_path / until), "device": "cpu", "steps": steps}))
+        with pytest.raises(InputError, match=reason):
+            run_recipe(load_recipe(path), until=until, only_needed=True, given=folders, log=lambda line: None)

@@ -23,9 +23,10 @@ import numpy as np
 
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.geometry import Camera
-from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint, read_command_rule
+from wamdiff2_ros.model.checkpoint import LoadedModel, load_checkpoint
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, MIN_INT_DIGITS_KEY, straight_road_route
+from wamdiff2_ros.model.plan_frame import PLAN_FRAME_KEY
+from wamdiff2_ros.model.prompt import COMMAND_RULE_KEY, MIN_INT_DIGITS_KEY
 from wamdiff2_ros.model.vocab import read_kept
 from wamdiff2_ros.nodes.params import decode_config, node_defaults
 from wamdiff2_ros.sim.render import render_front
@@ -52,20 +53,19 @@ VARIANTS = {
 def frames() -> list[DrivingInputs]:
     """Rendered 1920x1080 front views of five seeded scenes (the simulator's, as a camera would give)."""
     camera = Camera().scaled_to_width(1920)
-    # every model measured reads the bundled model's rule: a route model is given a straight route
-    route = straight_road_route(read_command_rule(default_model_dir()))
     inputs = []
     for seed in range(5):
         scene = make_scene(seed)
         image = render_front(camera, scene.lanes, scene.snapshot()).image_rgb
-        inputs.append(DrivingInputs(image, "straight", (10.0, 0.0), (0.0, 0.0), None, route))
+        inputs.append(DrivingInputs(image, "straight", (10.0, 0.0), (0.0, 0.0)))
     return inputs
 
 
 def random_model(shape: dict, bundled: LoadedModel, budget_px: int) -> LoadedModel:
     model = initial_model(**(BUNDLED_SHAPE | shape), kept_ids=read_kept(default_model_dir())).eval()
-    for key in (MIN_INT_DIGITS_KEY, COMMAND_RULE_KEY):  # the bundled model's number style and prompt
-        setattr(model.config, key, getattr(bundled.model.config, key))
+    for key in (MIN_INT_DIGITS_KEY, COMMAND_RULE_KEY, PLAN_FRAME_KEY):  # the bundled model's answers, prompt
+        if hasattr(bundled.model.config, key):
+            setattr(model.config, key, getattr(bundled.model.config, key))
     return LoadedModel(model=model, tokenizer=bundled.tokenizer, source="random", max_pixels=budget_px)
 
 
@@ -73,13 +73,13 @@ def measure(planners: dict[str, Planner], inputs: list[DrivingInputs], plans: in
     """Every variant's stages and forwards, the variants interleaved plan by plan (the machine's drift
     falls on all of them alike)."""
     for planner in planners.values():
-        for frame in inputs[:3]:  # warm-up
-            planner.plan(frame)
+        for frame in inputs[:3]:  # warm-up; a route model is given a straight road's route
+            planner.plan(planner.on_a_straight_road(frame))
     stages = {name: [] for name in planners}
     forwards = {name: [] for name in planners}
     for index in range(plans):
         for name, planner in planners.items():
-            output = planner.plan(inputs[index % len(inputs)])
+            output = planner.plan(planner.on_a_straight_road(inputs[index % len(inputs)]))
             stages[name].append(output.stages_s)
             forwards[name].append(output.decode.forwards)
     results = {}

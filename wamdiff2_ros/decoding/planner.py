@@ -366,6 +366,8 @@ class Planner:
         except ParseError as error:
             return PlannedCandidate(text, seed, None, str(error))
         waypoints = plan_to_ego(values, self.plan_frame, inputs.route_ego_m)
+        if not np.isfinite(waypoints).all():  # a degenerate route polyline; never an answer's own numbers
+            return PlannedCandidate(text, seed, None, "the route gave non-finite waypoints")
         return PlannedCandidate(text, seed, smooth_waypoints(waypoints, inputs.velocity_mps, self.smoothing))
 
     def memory_allocated_mb(self) -> float | None:

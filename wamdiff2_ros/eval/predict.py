@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen3VLForConditionalGeneration
 
@@ -21,7 +22,8 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.engine import AnswerGrammars, decode
 from wamdiff2_ros.decoding.fast import FastEngine
 from wamdiff2_ros.decoding.result import grounding_scores
-from wamdiff2_ros.errors import InputError
+from wamdiff2_ros.errors import InputError, ParseError
+from wamdiff2_ros.model.parse import parse_waypoints
 from wamdiff2_ros.model.vocab import available_ids
 from wamdiff2_ros.training.data import Record, tokenize_record
 
@@ -98,13 +100,15 @@ def predict_records(
 
 
 def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> object:
-    """What ``eval open-loop`` reads: planning ``{id: answer}``; detection and QA the task file's records
-    (of the predicted ids) with their last turn replaced by the answer, and for detection the answer's item
-    scores beside it (``ITEM_SCORES``; absent where the answer's tokens could not be mapped to its text) and
-    the sampled answers decoded with it (``SAMPLED_ANSWERS``)."""
+    """What ``eval open-loop`` reads: planning ``{id: answer}`` (for a folder whose answers are written
+    along the route, ``{id: [[x, y], ...]}``: the ego waypoints the planner makes of each answer with the
+    sample's route, ``model.plan_frame``); detection and QA the task file's records (of the predicted ids)
+    with their last turn replaced by the answer, and for detection the answer's item scores beside it
+    (``ITEM_SCORES``; absent where the answer's tokens could not be mapped to its text) and the sampled
+    answers decoded with it (``SAMPLED_ANSWERS``)."""
     answers = {p.record.id: p for p in predictions}
     if task == "planning":
-        return {key: p.text for key, p in answers.items()}
+        return _planning_answers(Path(data_dir), {key: p.text for key, p in answers.items()})
     items = json.loads((Path(data_dir) / f"{task}.json").read_text())
     records = []
     for item in items:
@@ -119,6 +123,25 @@ def answers_file(task: str, data_dir: Path, predictions: list[Prediction]) -> ob
             record[SAMPLED_ANSWERS] = [{"text": t, ITEM_SCORES: s} for t, s in prediction.sampled]
         records.append(record)
     return records
+
+
+def _planning_answers(data_dir: Path, texts: dict[str, str]) -> dict[str, str | list]:
+    from wamdiff2_ros.eval.open_loop import load_truth
+    from wamdiff2_ros.model.plan_frame import DEFAULT_PLAN_FRAME, plan_to_ego
+    from wamdiff2_ros.sim.dataset import load_plan_frame
+
+    frame = load_plan_frame(data_dir)
+    if frame == DEFAULT_PLAN_FRAME:
+        return texts
+    truth, answers = load_truth(data_dir), {}
+    for key, text in texts.items():
+        try:
+            values = parse_waypoints(text)
+        except ParseError:  # kept as written: the scorer reports it as the ego path would
+            answers[key] = text
+            continue
+        answers[key] = np.round(plan_to_ego(values, frame, truth[key].route_ego_m), 3).tolist()
+    return answers
 
 
 def cost_summary(predictions: list[Prediction]) -> dict:

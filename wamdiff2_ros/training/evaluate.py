@@ -3,7 +3,9 @@
 Decoding is ``eval.predict.predict_records`` with the reference defaults at the phase's block size (dynamic
 rule, threshold 0.9, at most B steps per block) and the answer grammars, so that every planning answer
 parses; forwards per answer are reported so the speed/quality trade-off of a block size is visible. Metrics
-are ``eval``'s; this module only scores the answers.
+are ``eval``'s; this module only scores the answers. Planning errors are in the answers' own numbers: for
+a model that writes its plans along the route (``model.plan_frame``), metres along and across the route, a
+component figure; ``eval predict`` and the recipe's ``evaluate`` step score its ego waypoints.
 """
 
 from __future__ import annotations

@@ -566,9 +566,13 @@ def train(config: TrainConfig, deadline: float | None = None) -> dict:
         from wamdiff2_ros.sim.dataset import load_command_rule, load_plan_frame  # folder's)
 
         data_dir = Path(config.data["planning"]).parent
+        frame = load_plan_frame(data_dir)
+        for name, other in (("eval_data", config.eval_data), ("heldout_data", config.heldout_data)):
+            if "planning" in other and load_plan_frame(Path(other["planning"]).parent) != frame:
+                raise InputError(f"{name}'s plans are in another frame than the training data's {frame!r}")
         setattr(model.config, MIN_INT_DIGITS_KEY, answers_min_int_digits(planning))
         setattr(model.config, COMMAND_RULE_KEY, load_command_rule(data_dir))
-        setattr(model.config, PLAN_FRAME_KEY, load_plan_frame(data_dir))
+        setattr(model.config, PLAN_FRAME_KEY, frame)
     teacher = None
     if config.stage == "distill":
         teacher_model, _ = load_model(
