@@ -62,6 +62,13 @@ def test_a_route_reaches_the_planner_which_refuses_it_for_a_model_of_another_rul
     assert "heading rule; route's shapes given: one" in capsys.readouterr().err
 
 
+def test_a_route_polyline_reaches_the_planner_which_refuses_it_for_an_ego_frame_model(image_file, capsys):
+    polyline = ["-10", "0", "130", "0"]  # a straight road, in the ego frame
+    argv = ["plan", "--image", image_file, *STATE, "--preset", "tiny", "--route-polyline", *polyline]
+    assert main(argv) == 2
+    assert "ego frame; route polylines given: one" in capsys.readouterr().err
+
+
 def test_plan_reports_a_missing_checkpoint(image_file, tmp_path, capsys):
     assert main(["plan", "--image", image_file, *STATE, "--checkpoint", str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err

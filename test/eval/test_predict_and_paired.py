@@ -14,7 +14,7 @@ from wamdiff2_ros.errors import InputError
 from wamdiff2_ros.eval.paired import episode_scores, failure_changes, paired_difference, paired_ratio
 from wamdiff2_ros.eval.predict import ITEM_SCORES, SAMPLED_ANSWERS
 from wamdiff2_ros.geometry import Camera
-from wamdiff2_ros.model.checkpoint import read_command_rule
+from wamdiff2_ros.model.checkpoint import read_command_rule, read_plan_frame
 from wamdiff2_ros.model.default import default_model_dir
 from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 
@@ -23,8 +23,10 @@ from wamdiff2_ros.sim.dataset import GenerateConfig, generate
 def generated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("generated")
     rule = read_command_rule(default_model_dir())  # written in the rule the model reads
+    frame = read_plan_frame(default_model_dir())  # and in the frame it plans in
     camera = Camera().scaled_to_width(192)
-    generate(GenerateConfig(folder, samples=3, seed=7, camera=camera, command_rule=rule), progress=False)
+    config = GenerateConfig(folder, samples=3, seed=7, camera=camera, command_rule=rule, plan_frame=frame)
+    generate(config, progress=False)
     return folder
 
 
@@ -165,4 +167,14 @@ def test_predict_refuses_data_of_another_command_rule(generated, tmp_path) -> No
     shutil.copytree(generated, data)
     (data / "navigation.json").write_text('{"command_rule": "heading"}')
     with pytest.raises(InputError, match="command rule"):
+        cli_main(["eval", "predict", str(default_model_dir()), str(data), str(tmp_path / "out.json")])
+
+
+def test_predict_refuses_data_of_another_plan_frame(generated, tmp_path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(generated, data)
+    navigation = json.loads((data / "navigation.json").read_text())
+    other = "route_offset" if navigation["plan_frame"] != "route_offset" else "ego"
+    (data / "navigation.json").write_text(json.dumps(navigation | {"plan_frame": other}))
+    with pytest.raises(InputError, match="frame"):
         cli_main(["eval", "predict", str(default_model_dir()), str(data), str(tmp_path / "out.json")])

@@ -12,7 +12,6 @@ from wamdiff2_ros.decoding.config import DecodeConfig
 from wamdiff2_ros.decoding.planner import DrivingInputs, Planner
 from wamdiff2_ros.model.checkpoint import read_pixel_budget
 from wamdiff2_ros.model.default import default_model_dir
-from wamdiff2_ros.model.prompt import straight_road_route
 
 MAX_WEIGHT_BYTES = 30_000_000
 
@@ -34,8 +33,7 @@ def default_planner() -> Planner:
 
 def straight_ahead(planner: Planner, image: np.ndarray, speed_mps: float) -> DrivingInputs:
     """Driving on along a straight road (a route model is given its route, as the node gives it)."""
-    route = straight_road_route(planner.command_rule)
-    return DrivingInputs(image, "straight", (speed_mps, 0.0), (0.0, 0.0), None, route)
+    return planner.on_a_straight_road(DrivingInputs(image, "straight", (speed_mps, 0.0), (0.0, 0.0)))
 
 
 def test_no_checkpoint_and_no_preset_loads_the_default_model(default_planner: Planner) -> None:
@@ -77,6 +75,7 @@ def test_a_smoothing_planner_publishes_the_smoothed_answer(default_planner: Plan
     from wamdiff2_ros.decoding.smoothing import smooth_waypoints
     from wamdiff2_ros.geometry import Camera
     from wamdiff2_ros.model.parse import parse_waypoints
+    from wamdiff2_ros.model.plan_frame import plan_to_ego
     from wamdiff2_ros.sim.render import render_front
     from wamdiff2_ros.sim.scenes import make_scene
 
@@ -85,5 +84,6 @@ def test_a_smoothing_planner_publishes_the_smoothed_answer(default_planner: Plan
     smoothing = Planner(default_planner.loaded, default_planner.config, smoothing=1.0)
     inputs = straight_ahead(smoothing, image, 12.0)
     (candidate,) = smoothing.plan(inputs).candidates
-    expected = smooth_waypoints(parse_waypoints(candidate.text), (12.0, 0.0), 1.0)
+    decoded = plan_to_ego(parse_waypoints(candidate.text), smoothing.plan_frame, inputs.route_ego_m)
+    expected = smooth_waypoints(decoded, (12.0, 0.0), 1.0)
     np.testing.assert_array_equal(candidate.waypoints_ego, expected)  # the text stays the model's answer
