@@ -46,6 +46,7 @@ class _Planner:
     def __init__(self) -> None:
         self.detections = 0
         self.loaded = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace()))
+        self.plan_frame = "ego"
 
     def plan(self, inputs):
         candidate = SimpleNamespace(waypoints_ego=np.stack([np.arange(1, 9) * 2.0, np.zeros(8)], 1))
