@@ -104,8 +104,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     closed_loop.add_argument(
         "--detect-every",
         type=int,
-        default=5,
-        help="model-scored: plans between detection answers (the node's output.detections_every_n, 5)",
+        default=None,
+        help="model-scored: plans between detection answers (default 2: at the harness's 2 Hz, once a "
+        "second, the node's cadence at 5 Hz with its output.detections_every_n 5; reports before "
+        "2026-12-08 used 5)",
     )
     closed_loop.add_argument(
         "--smoothing",

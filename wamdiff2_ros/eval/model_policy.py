@@ -87,6 +87,14 @@ class ModelPolicy:
         return {"plans": self.plans, "fallbacks": self.fallbacks, "forwards_per_plan": per_plan}
 
 
+# The node detects after every ``output.detections_every_n``-th plan (5): at 5 Hz on the CPU, once a second,
+# and the scorer keeps boxes for 1 s (``ScorerSettings.detections_max_age_s``). The harness plans at 2 Hz, so
+# a detection every 2nd plan is the node's cadence in time; every 5th plan (the default before 2026-12-08)
+# left the scorer without fresh boxes for 3 plans of 5 (docs/log/seeing-model-fifth-run-2026-12-03.md,
+# "The scorer's boxes at the node's cadence").
+DETECT_EVERY_PLANS = 2
+
+
 class ScoredModelPolicy(ModelPolicy):
     """The planner and scorer nodes in the loop: the planner's K candidates, its detection (the K answers
     fused, as the node's) after every ``detect_every``-th plan (the boxes kept in between, as the scorer
@@ -110,7 +118,7 @@ class ScoredModelPolicy(ModelPolicy):
         self,
         planner: Planner,
         camera: Camera,
-        detect_every: int = 5,
+        detect_every: int = DETECT_EVERY_PLANS,
         detect_max_tokens: int = 256,
         settings: ScorerSettings | None = None,
     ) -> None:
@@ -178,7 +186,7 @@ class ModelPolicySource:
     camera: Camera = field(default_factory=Camera)
     block_size: int = 32
     steps: int = 8
-    detect_every: int = 5
+    detect_every: int = DETECT_EVERY_PLANS
     device: str = "cpu"
     threads: int | None = None
     commit_rule: str | None = None
@@ -223,7 +231,7 @@ def closed_loop_report(
     checkpoint: str | None = None,
     block_size: int = 32,
     steps: int = 8,
-    detect_every: int = 5,
+    detect_every: int | None = None,
     kind: str | None = None,
     progress: bool = True,
     workers: int = 1,
@@ -234,7 +242,8 @@ def closed_loop_report(
     """``evaluate_closed_loop`` of the named policies (baselines, ``model``, ``model-scored``) on ``seeds``,
     each model policy's report with its checkpoint and counters (decoded with ``commit_rule``; None: the
     decoder's default; plans smoothed with weight ``smoothing``, ``decoding.smoothing``; ``scorer_stop``:
-    the scorer may drive its own stop, ``ScorerSettings.stop_when_blocked``). ``workers`` > 1:
+    the scorer may drive its own stop, ``ScorerSettings.stop_when_blocked``; ``detect_every``: plans between
+    detection answers, None: ``DETECT_EVERY_PLANS``). ``workers`` > 1:
     that many spawned CPU processes of one thread drive the episodes side by side (each model policy loaded
     once per process; an episode's result does not depend on which process drove it, or after which
     episode)."""
@@ -248,7 +257,7 @@ def closed_loop_report(
             config.camera,
             block_size,
             steps,
-            detect_every,
+            DETECT_EVERY_PLANS if detect_every is None else detect_every,
             commit_rule=commit_rule,
             smoothing=smoothing,
             scorer_stop=scorer_stop,

@@ -34,8 +34,9 @@ shares, and an ordered list of steps, each with a unique ``name`` and a ``kind``
 - ``closed_loop``: ``model`` and the baselines drive seeded episodes (``policies``, default expert,
   constant-velocity, model and model-scored; ``episodes`` from ``seed``, default 100 from 1000, never a
   training seed; ``width`` of the renders, ``route_m``, ``max_s``, ``block_size``, ``steps``,
-  ``commit_rule``, ``detect_every``, ``smoothing``: the planner node's plan smoother, default 0 as decoded,
-  ``workers``: CPU processes side by side) -> ``report.json`` (``wamdiff2 eval closed-loop``'s).
+  ``commit_rule``, ``detect_every`` (default ``eval.model_policy.DETECT_EVERY_PLANS``), ``smoothing``: the
+  planner node's plan smoother, default 0 as decoded, ``workers``: CPU processes side by side) ->
+  ``report.json`` (``wamdiff2 eval closed-loop``'s).
 - ``bundle``: ``model`` (a pack) installed into the folder ``to`` (e.g. ``models/default``; its card and
   tokenizer files stay) and the card's tables rewritten from ``evaluations``, evaluate and closed-loop
   steps, each evaluate step's ADE also paired with that of ``reference`` (an evaluate step, e.g. the
@@ -629,7 +630,7 @@ def _closed_loop(step: dict[str, Any], context: _Context) -> Path:
         str(context.output(step["model"])),
         step.get("block_size", 32),
         step.get("steps", 8),
-        step.get("detect_every", 5),
+        step.get("detect_every"),
         progress=False,
         workers=step.get("workers", 1),
         commit_rule=step.get("commit_rule"),
