@@ -360,7 +360,7 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     last_send = [0.0]
 
     def stream():  # a camera that runs from the start, before the model is ready
-        if time.monotonic() - last_send[0] > 0.2:
+        if time.monotonic() - last_send[0] > 0.05:
             driver.send(driver.now())
             last_send[0] = time.monotonic()
 
@@ -383,7 +383,11 @@ def test_warm_up_runs_before_ready_and_frames_meanwhile_are_counted_not_queued(r
     assert all(values["frames_submitted"] == "0" for _, values in warming)  # nothing queued meanwhile
     ready = reports()[first_ready][1]
     assert "warmed up in" in ready["model"] and "last_problem.warmup" not in ready, output
-    assert int(ready.get("frames_before_model_ready", 0)) > 0  # frames before readiness counted, not planned
+    # Frames before readiness are counted, not planned. Whether one reached the node before it was ready is
+    # DDS's timing too (under load the warm-up can end before the camera's publisher is matched; seen once in
+    # a full `make test`): asserted where the node's warm-up reports reached the probe, so the two had met.
+    if warming:
+        assert int(ready.get("frames_before_model_ready", 0)) > 0, states
 
 
 @pytest.mark.ros
