@@ -70,6 +70,7 @@ def test_the_scored_policy_starts_each_episode_afresh() -> None:
         assert len(policy.boxes_px) == 1  # after plan 2
         policy(observation)  # plan 3: episode-local count, no detection
     assert policy.counters()["plans"] == 6 and policy.counters()["detections"] == 2
+    assert policy.counters()["detect_every"] == 2  # the report says which cadence made it
 
 
 def test_the_scored_policy_stops_for_a_fresh_box_and_ignores_an_old_one() -> None:

@@ -164,8 +164,9 @@ class ScoredModelPolicy(ModelPolicy):
         self.boxes_time_s = observation.time_s
 
     def counters(self) -> dict:
-        """The model's counters, plus detections run and the scorer's choices."""
+        """The model's counters, plus the detection cadence, detections run and the scorer's choices."""
         return super().counters() | {
+            "detect_every": self.detect_every,
             "detections": self.detections,
             "scorer_changed_candidate": self.scorer_changed,
             "scorer_dropped_colliding_greedy": self.colliding_greedy_dropped,
